@@ -1,0 +1,30 @@
+# `make run` and `make test` do everything on a fresh Debian 12 machine.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+PAGODA_TEST_DATA ?= $(abspath ../shared)
+export PAGODA_TEST_DATA
+
+.PHONY: all deps configure build run test bench clean asan-test
+
+all: build
+
+deps:
+	@bash scripts/install_deps.sh
+
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release
+
+configure: deps $(BUILD_DIR)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	$(BUILD_DIR)/bin/pagoda run -p "Once upon a time" -n 64
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	@bash scripts/asan_parser_tests.sh
+
+clean:
+	rm -rf $(BUILD_DIR) build-asan
