@@ -23,7 +23,7 @@ class CheckFailure {
 
 // Lets `CHECK(x) << ...` be one expression of type void.
 struct CheckVoidify {
-  void operator&(CheckFailure&) {}
+  void operator&(const CheckFailure&) {}
 };
 
 }  // namespace pagoda::detail

@@ -1,0 +1,94 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace pagoda::engine {
+
+Status SamplingParams::validate() const {
+  if (!(temperature >= 0.0f) || temperature > 100.0f) return Status::error("temperature must be in [0, 100]");
+  if (!(top_p > 0.0f) || top_p > 1.0f) return Status::error("top_p must be in (0, 1]");
+  if (!(min_p >= 0.0f) || min_p > 1.0f) return Status::error("min_p must be in [0, 1]");
+  if (!(repetition_penalty > 0.0f)) return Status::error("repetition_penalty must be > 0");
+  if (repeat_last_n < 0) return Status::error("repeat_last_n must be >= 0");
+  return Status::ok();
+}
+
+int32_t argmax(std::span<const float> values) {
+  CHECK(!values.empty());
+  int32_t best = 0;
+  for (size_t i = 1; i < values.size(); ++i) {
+    if (values[i] > values[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& params, int64_t n_vocab)
+    : params_(params), rng_(params.seed), candidates_(n_vocab), probs_(n_vocab) {}
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  CHECK_EQ(n, static_cast<int64_t>(candidates_.size()));
+  if (params_.repetition_penalty != 1.0f && params_.repeat_last_n > 0) {
+    const size_t start = history.size() > static_cast<size_t>(params_.repeat_last_n)
+                             ? history.size() - params_.repeat_last_n
+                             : 0;
+    // Penalise each distinct recent token once (mark by sign flip of a scratch flag).
+    std::fill(probs_.begin(), probs_.end(), 0.0f);
+    for (size_t i = start; i < history.size(); ++i) {
+      const int32_t id = history[i];
+      if (id < 0 || id >= n || probs_[id] != 0.0f) continue;
+      probs_[id] = 1.0f;
+      logits[id] = logits[id] > 0 ? logits[id] / params_.repetition_penalty : logits[id] * params_.repetition_penalty;
+    }
+  }
+  if (params_.temperature <= 0.0f) return argmax(logits);
+
+  for (int64_t i = 0; i < n; ++i) candidates_[i] = {static_cast<int32_t>(i), logits[i]};
+  int64_t size = n;
+  auto by_logit = [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  };
+  if (params_.top_k > 0 && params_.top_k < size) {
+    std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.begin() + size, by_logit);
+    size = params_.top_k;
+  } else {
+    std::sort(candidates_.begin(), candidates_.begin() + size, by_logit);
+  }
+  // Softmax at temperature 1 for the top-p / min-p cut-offs.
+  const float max_logit = candidates_[0].logit;
+  double sum = 0.0;
+  for (int64_t i = 0; i < size; ++i) sum += (probs_[i] = std::exp(candidates_[i].logit - max_logit));
+  if (params_.top_p < 1.0f) {
+    double cum = 0.0;
+    for (int64_t i = 0; i < size; ++i) {
+      cum += probs_[i] / sum;
+      if (cum >= params_.top_p) {
+        size = i + 1;
+        break;
+      }
+    }
+  }
+  if (params_.min_p > 0.0f) {
+    const float threshold = params_.min_p * probs_[0];
+    int64_t keep = 1;
+    while (keep < size && probs_[keep] >= threshold) ++keep;
+    size = keep;
+  }
+  // Temperature, then draw.
+  double total = 0.0;
+  for (int64_t i = 0; i < size; ++i) {
+    probs_[i] = std::exp((candidates_[i].logit - max_logit) / params_.temperature);
+    total += probs_[i];
+  }
+  const double r = rng_.uniform() * total;
+  double cum = 0.0;
+  for (int64_t i = 0; i < size; ++i) {
+    cum += probs_[i];
+    if (r < cum) return candidates_[i].id;
+  }
+  return candidates_[size - 1].id;
+}
+
+}  // namespace pagoda::engine

@@ -1,0 +1,39 @@
+// Element-wise and row-wise ops of a transformer layer. Scalar code on purpose: they are a
+// few percent of a step next to matmul and attention; each is its own reference.
+#pragma once
+
+#include <cstdint>
+
+namespace pagoda::kernels {
+
+// out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]
+// x, out: [n_tokens, n]; weight: [n]. out may alias x.
+void rmsnorm(const float* x, const float* weight, float* out, int64_t n_tokens, int64_t n, float eps);
+
+enum class RopeStyle {
+  kAdjacentPairs,  // rotate (x[2i], x[2i+1]): llama2.c, GGUF "llama" (GGML_ROPE_TYPE_NORM)
+  kNeoxHalves,     // rotate (x[i], x[i + rot/2]): GPT-NeoX, Qwen2 (GGML_ROPE_TYPE_NEOX)
+};
+
+struct RopeParams {
+  RopeStyle style = RopeStyle::kAdjacentPairs;
+  int64_t head_dim = 0;
+  int64_t rot_dim = 0;        // dims rotated per head (<= head_dim), the rest pass through
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;    // linear position scaling (1 = none)
+};
+
+// Rotates x in place. x: [n_tokens, n_heads, head_dim]; positions: [n_tokens].
+// Angle for pair i at position p: p * freq_scale * freq_base^(-2i / rot_dim).
+void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, const RopeParams& params);
+
+// gate[i] = silu(gate[i]) * up[i] over n values (in place in gate).
+void silu_mul(float* gate, const float* up, int64_t n);
+
+// x[i] += y[i]
+void add_inplace(float* x, const float* y, int64_t n);
+
+// In-place softmax of x[0..n). Returns nothing; max-subtracted, sums in float.
+void softmax(float* x, int64_t n);
+
+}  // namespace pagoda::kernels

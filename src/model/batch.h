@@ -1,0 +1,21 @@
+// Batch: the flat input of one forward pass over several sequences (a ragged batch).
+// Rows of one sequence are contiguous; sequences are sorted by their first row.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/attention.h"
+
+namespace pagoda::model {
+
+struct Batch {
+  std::span<const int32_t> tokens;         // [n_tokens] token ids
+  std::span<const int32_t> positions;      // [n_tokens] position of each token in its sequence
+  std::span<const int64_t> slot_mapping;   // [n_tokens] KV slot each new K/V row is written to
+  std::span<const kernels::SeqSpan> seqs;  // [n_seqs] rows and block table of each sequence
+  std::span<const int64_t> logit_rows;     // rows whose next-token logits are wanted, ascending
+  int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+}  // namespace pagoda::model

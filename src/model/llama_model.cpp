@@ -1,0 +1,194 @@
+#include "model/llama_model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+
+namespace pagoda::model {
+
+namespace {
+
+Result<const GgufTensorInfo*> find_tensor(const GgufFile& file, const std::string& name,
+                                          std::vector<int64_t> dims) {
+  const GgufTensorInfo* t = file.find_tensor(name);
+  if (t == nullptr) return Status::error("missing tensor '" + name + "'");
+  if (t->dims != dims) {
+    std::string want, got;
+    for (auto d : dims) want += (want.empty() ? "" : " x ") + std::to_string(d);
+    for (auto d : t->dims) got += (got.empty() ? "" : " x ") + std::to_string(d);
+    return Status::error("tensor '" + name + "' has shape [" + got + "], expected [" + want + "]");
+  }
+  if (!t->dtype.has_value()) {
+    return Status::error("tensor '" + name + "' has type " + ggml_type_name(t->ggml_type) +
+                         ", which Pagoda cannot compute with (supported: f32, f16, bf16, q8_0, q4_0)");
+  }
+  return t;
+}
+
+Result<kernels::WeightView> bind_matrix(const GgufFile& file, const std::string& name, int64_t n_out,
+                                        int64_t n_in) {
+  PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_tensor(file, name, {n_in, n_out}));
+  if (n_in % dtype_info(*t->dtype).block_elems != 0) {
+    return Status::error("tensor '" + name + "': row of " + std::to_string(n_in) + " is not a whole number of " +
+                         std::string(dtype_name(*t->dtype)) + " blocks");
+  }
+  kernels::WeightView w;
+  w.data = file.tensor_data(*t);
+  w.dtype = *t->dtype;
+  w.n_out = n_out;
+  w.n_in = n_in;
+  return w;
+}
+
+Result<std::vector<float>> load_vector(const GgufFile& file, const std::string& name, int64_t n) {
+  PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_tensor(file, name, {n}));
+  if (dtype_info(*t->dtype).block_elems != 1) {
+    return Status::error("tensor '" + name + "' must be f32, f16 or bf16");
+  }
+  std::vector<float> out(n);
+  kernels::dequantize_row(*t->dtype, file.tensor_data(*t), out.data(), n);
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::load(GgufFile file) {
+  PAGODA_ASSIGN_OR_RETURN(ModelConfig config, config_from_gguf(file));
+  std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(file), std::move(config)));
+  PAGODA_RETURN_IF_ERROR(model->bind());
+  return model;
+}
+
+Status LlamaModel::bind() {
+  const ModelConfig& c = config_;
+  const GgufFile& f = file_;
+  PAGODA_ASSIGN_OR_RETURN(token_embd_, bind_matrix(f, "token_embd.weight", c.n_vocab, c.n_embd));
+  if (f.find_tensor("output.weight") != nullptr) {
+    PAGODA_ASSIGN_OR_RETURN(output_, bind_matrix(f, "output.weight", c.n_vocab, c.n_embd));
+  } else {
+    output_ = token_embd_;  // tied classifier
+  }
+  PAGODA_ASSIGN_OR_RETURN(output_norm_, load_vector(f, "output_norm.weight", c.n_embd));
+  layers_.resize(c.n_layer);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights& w = layers_[l];
+    PAGODA_ASSIGN_OR_RETURN(w.attn_norm, load_vector(f, p + "attn_norm.weight", c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(w.ffn_norm, load_vector(f, p + "ffn_norm.weight", c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(w.wq, bind_matrix(f, p + "attn_q.weight", c.q_dim(), c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(w.wk, bind_matrix(f, p + "attn_k.weight", c.kv_dim(), c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(w.wv, bind_matrix(f, p + "attn_v.weight", c.kv_dim(), c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(w.wo, bind_matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim()));
+    PAGODA_ASSIGN_OR_RETURN(w.w_gate, bind_matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(w.w_up, bind_matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(w.w_down, bind_matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff));
+    if (c.has_qkv_bias) {
+      PAGODA_ASSIGN_OR_RETURN(w.bq, load_vector(f, p + "attn_q.bias", c.q_dim()));
+      PAGODA_ASSIGN_OR_RETURN(w.bk, load_vector(f, p + "attn_k.bias", c.kv_dim()));
+      PAGODA_ASSIGN_OR_RETURN(w.bv, load_vector(f, p + "attn_v.bias", c.kv_dim()));
+    }
+  }
+  return Status::ok();
+}
+
+int64_t LlamaModel::weight_bytes() const {
+  int64_t bytes = 0;
+  auto add = [&](const kernels::WeightView& w) { bytes += static_cast<int64_t>(w.row_bytes()) * w.n_out; };
+  for (const LayerWeights& w : layers_) {
+    for (const auto* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) add(*m);
+    bytes += static_cast<int64_t>(w.attn_norm.size() + w.ffn_norm.size()) * 4;
+  }
+  add(output_);
+  return bytes;
+}
+
+ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, int64_t max_tokens, int64_t max_context,
+                         kernels::Isa isa)
+    : model_(model),
+      pool_(pool),
+      max_tokens_(max_tokens),
+      max_context_(max_context),
+      matmul_(pool, max_tokens, std::max(model.config().n_ff, std::max(model.config().q_dim(), model.config().n_embd)),
+              std::max(model.config().n_vocab, std::max(model.config().n_ff, model.config().q_dim())), isa),
+      attention_scratch_(pool.num_threads(), max_context, model.config().head_dim),
+      isa_(isa) {
+  const ModelConfig& c = model.config();
+  x_.resize(max_tokens * c.n_embd);
+  xb_.resize(max_tokens * c.n_embd);
+  q_.resize(max_tokens * c.q_dim());
+  k_.resize(max_tokens * c.kv_dim());
+  v_.resize(max_tokens * c.kv_dim());
+  att_.resize(max_tokens * c.q_dim());
+  gate_.resize(max_tokens * c.n_ff);
+  up_.resize(max_tokens * c.n_ff);
+}
+
+void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits) {
+  const ModelConfig& c = model_.config();
+  const int64_t T = batch.n_tokens();
+  const int64_t d = c.n_embd;
+  CHECK(T > 0 && T <= max_tokens_) << "batch of " << T << " tokens, max " << max_tokens_;
+  CHECK_EQ(static_cast<int64_t>(batch.positions.size()), T);
+  CHECK_EQ(static_cast<int64_t>(batch.slot_mapping.size()), T);
+  CHECK_EQ(static_cast<int64_t>(kv_layers.size()), c.n_layer);
+  float* x = x_.data();
+  float* xb = xb_.data();
+
+  const kernels::WeightView& emb = model_.token_embedding();
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = batch.tokens[t];
+    CHECK(id >= 0 && id < c.n_vocab) << "token id " << id << " outside the vocabulary";
+    kernels::dequantize_row(emb.dtype, emb.row(id), x + t * d, d);
+  }
+
+  const kernels::AttentionParams attn{c.n_head, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  auto add_bias = [&](float* y, const std::vector<float>& bias) {
+    if (bias.empty()) return;
+    const int64_t n = static_cast<int64_t>(bias.size());
+    for (int64_t t = 0; t < T; ++t) kernels::add_inplace(y + t * n, bias.data(), n);
+  };
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& w = model_.layer(l);
+    // Attention block.
+    kernels::rmsnorm(x, w.attn_norm.data(), xb, T, d, c.rms_eps);
+    matmul_.run(w.wq, xb, T, q_.data());
+    matmul_.run(w.wk, xb, T, k_.data());
+    matmul_.run(w.wv, xb, T, v_.data());
+    add_bias(q_.data(), w.bq);
+    add_bias(k_.data(), w.bk);
+    add_bias(v_.data(), w.bv);
+    kernels::rope(q_.data(), batch.positions.data(), T, c.n_head, c.rope);
+    kernels::rope(k_.data(), batch.positions.data(), T, c.n_kv_head, c.rope);
+    kernels::store_kv(kv_layers[l], k_.data(), v_.data(), batch.slot_mapping.data(), T);
+    kernels::paged_attention(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs.data(),
+                             static_cast<int64_t>(batch.seqs.size()), attn, att_.data(), pool_,
+                             attention_scratch_, isa_);
+    matmul_.run(w.wo, att_.data(), T, xb);
+    kernels::add_inplace(x, xb, T * d);
+    // Feed-forward block (SwiGLU).
+    kernels::rmsnorm(x, w.ffn_norm.data(), xb, T, d, c.rms_eps);
+    matmul_.run(w.w_gate, xb, T, gate_.data());
+    matmul_.run(w.w_up, xb, T, up_.data());
+    const int64_t ff = c.n_ff;
+    pool_.parallel_for(T * ff, [&](int64_t b, int64_t e, int) { kernels::silu_mul(gate_.data() + b, up_.data() + b, e - b); }, 1024);
+    matmul_.run(w.w_down, gate_.data(), T, xb);
+    kernels::add_inplace(x, xb, T * d);
+  }
+
+  // Classifier over the requested rows only.
+  const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
+  if (R == 0) return;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t row = batch.logit_rows[r];
+    CHECK(row >= 0 && row < T) << "logit row " << row;
+    kernels::rmsnorm(x + row * d, model_.output_norm().data(), xb + r * d, 1, d, c.rms_eps);
+  }
+  for (int64_t r0 = 0; r0 < R; r0 += max_tokens_) {
+    const int64_t n = std::min(max_tokens_, R - r0);
+    matmul_.run(model_.output(), xb + r0 * d, n, logits + r0 * c.n_vocab);
+  }
+}
+
+}  // namespace pagoda::model

@@ -1,0 +1,151 @@
+#include "model/model_factory.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/rng.h"
+#include "kernels/quant.h"
+#include "model/gguf_vocab.h"
+
+namespace pagoda::model {
+
+namespace {
+constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ8_0 = 8, kGgmlBF16 = 30;
+
+uint32_t ggml_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return kGgmlF32;
+    case DType::kF16: return kGgmlF16;
+    case DType::kBF16: return kGgmlBF16;
+    case DType::kQ8_0: return kGgmlQ8_0;
+    case DType::kQ4_0: return kGgmlQ4_0;
+  }
+  return kGgmlF32;
+}
+
+// Adds a [n_out, n_in] matrix of random values stored as `dtype`.
+Status add_random_matrix(GgufFile& file, const std::string& name, int64_t n_out, int64_t n_in, DType dtype,
+                         Rng& rng) {
+  const float a = std::sqrt(3.0f / static_cast<float>(n_in));
+  const size_t row_bytes = dtype_row_bytes(dtype, n_in);
+  std::vector<uint8_t> data(row_bytes * n_out);
+  std::vector<float> row(n_in);
+  for (int64_t o = 0; o < n_out; ++o) {
+    for (auto& v : row) v = rng.uniform(-a, a);
+    kernels::quantize_row(dtype, row.data(), data.data() + o * row_bytes, n_in);
+  }
+  return file.add_tensor(name, {n_in, n_out}, ggml_type_of(dtype), data.data(), data.size());
+}
+
+Status add_ones(GgufFile& file, const std::string& name, int64_t n) {
+  std::vector<float> ones(n, 1.0f);
+  return file.add_tensor(name, {n}, kGgmlF32, ones.data(), ones.size() * sizeof(float));
+}
+
+}  // namespace
+
+const std::vector<ModelShape>& model_shapes() {
+  static const std::vector<ModelShape> kShapes = {
+      {"default", 256, 4, 8, 4, 768, 512, 2048},
+      {"tiny", 64, 2, 4, 2, 96, 320, 512},
+      {"llama-110m", 768, 12, 12, 12, 2048, 32000, 2048},
+      {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048},
+  };
+  return kShapes;
+}
+
+Result<ModelShape> find_model_shape(const std::string& name) {
+  std::string known;
+  for (const ModelShape& s : model_shapes()) {
+    if (s.name == name) return s;
+    known += (known.empty() ? "" : ", ") + s.name;
+  }
+  return Status::error("unknown model shape '" + name + "' (known: " + known + ")");
+}
+
+Vocab make_synthetic_vocab(int64_t n_vocab) {
+  CHECK_GE(n_vocab, 260);
+  Vocab v;
+  auto add = [&](std::string text, TokenType type) {
+    v.tokens.push_back(std::move(text));
+    v.types.push_back(type);
+    v.scores.push_back(type == TokenType::kNormal ? -static_cast<float>(v.tokens.size()) : 0.0f);
+  };
+  add("<unk>", TokenType::kUnknown);
+  add("<s>", TokenType::kControl);
+  add("</s>", TokenType::kControl);
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
+    add(buf, TokenType::kByte);
+  }
+  const std::string space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+  add(space, TokenType::kNormal);
+  for (char c = 0x21; c < 0x7f && static_cast<int64_t>(v.tokens.size()) < n_vocab; ++c) add(std::string(1, c), TokenType::kNormal);
+  // Multi-letter pieces: "▁x", then "xy", "▁xy", "xyz", ... until full.
+  const std::string letters = "etaoinshrdlucmfwypvbgkjqxz";
+  std::vector<std::string> frontier = {""};
+  while (static_cast<int64_t>(v.tokens.size()) < n_vocab) {
+    std::vector<std::string> next;
+    for (const std::string& prefix : frontier) {
+      for (char c : letters) next.push_back(prefix + c);
+    }
+    for (const std::string& piece : next) {
+      if (static_cast<int64_t>(v.tokens.size()) >= n_vocab) break;
+      add(space + piece, TokenType::kNormal);
+      if (piece.size() >= 2 && static_cast<int64_t>(v.tokens.size()) < n_vocab) add(piece, TokenType::kNormal);
+    }
+    frontier = std::move(next);
+  }
+  return v;
+}
+
+Result<GgufFile> make_random_model(const ModelShape& s, DType dtype, uint64_t seed) {
+  if (s.n_embd % s.n_head != 0 || s.n_head % s.n_kv_head != 0) return Status::error("bad shape " + s.name);
+  const int64_t block = dtype_info(dtype).block_elems;
+  if (s.n_embd % block != 0 || s.n_ff % block != 0) {
+    return Status::error("shape " + s.name + " does not fit " + std::string(dtype_name(dtype)) + " blocks");
+  }
+  const int64_t head_dim = s.n_embd / s.n_head;
+  GgufFile f;
+  f.set("general.architecture", GgufValue::of_string("llama"));
+  f.set("general.name", GgufValue::of_string("pagoda-random-" + s.name + "-" + std::string(dtype_name(dtype))));
+  f.set("general.file_type", GgufValue::of_u32(dtype == DType::kF32 ? 0 : dtype == DType::kF16 ? 1 : dtype == DType::kQ4_0 ? 2 : dtype == DType::kQ8_0 ? 7 : 32));
+  f.set("llama.context_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ctx)));
+  f.set("llama.embedding_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_embd)));
+  f.set("llama.block_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_layer)));
+  f.set("llama.feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ff)));
+  f.set("llama.attention.head_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_head)));
+  f.set("llama.attention.head_count_kv", GgufValue::of_u32(static_cast<uint32_t>(s.n_kv_head)));
+  f.set("llama.rope.dimension_count", GgufValue::of_u32(static_cast<uint32_t>(head_dim)));
+  f.set("llama.rope.freq_base", GgufValue::of_f32(10000.0f));
+  f.set("llama.attention.layer_norm_rms_epsilon", GgufValue::of_f32(1e-5f));
+  f.set("llama.vocab_size", GgufValue::of_u32(static_cast<uint32_t>(s.n_vocab)));
+  vocab_to_gguf(make_synthetic_vocab(s.n_vocab), f);
+
+  Rng rng(seed);
+  const int64_t q_dim = s.n_embd, kv_dim = s.n_kv_head * head_dim;
+  PAGODA_RETURN_IF_ERROR(add_random_matrix(f, "token_embd.weight", s.n_vocab, s.n_embd, dtype, rng));
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    PAGODA_RETURN_IF_ERROR(add_ones(f, p + "attn_norm.weight", s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "attn_q.weight", q_dim, s.n_embd, dtype, rng));
+    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "attn_k.weight", kv_dim, s.n_embd, dtype, rng));
+    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "attn_v.weight", kv_dim, s.n_embd, dtype, rng));
+    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "attn_output.weight", s.n_embd, q_dim, dtype, rng));
+    PAGODA_RETURN_IF_ERROR(add_ones(f, p + "ffn_norm.weight", s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "ffn_gate.weight", s.n_ff, s.n_embd, dtype, rng));
+    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "ffn_up.weight", s.n_ff, s.n_embd, dtype, rng));
+    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "ffn_down.weight", s.n_embd, s.n_ff, dtype, rng));
+  }
+  PAGODA_RETURN_IF_ERROR(add_ones(f, "output_norm.weight", s.n_embd));
+  PAGODA_RETURN_IF_ERROR(add_random_matrix(f, "output.weight", s.n_vocab, s.n_embd, dtype, rng));
+  return f;
+}
+
+Result<GgufFile> make_default_model() {
+  PAGODA_ASSIGN_OR_RETURN(ModelShape shape, find_model_shape("default"));
+  return make_random_model(shape, DType::kF32, 1234);
+}
+
+}  // namespace pagoda::model

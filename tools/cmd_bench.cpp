@@ -1,0 +1,99 @@
+// pagoda bench: prefill and decode tokens/s, median of r runs (after one warm-up run).
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/rng.h"
+#include "kernels/matmul.h"
+#include "tools/commands.h"
+
+namespace pagoda::tools {
+
+namespace {
+
+struct BenchOptions {
+  EngineOptions engine;
+  int64_t n_prompt = 512;
+  int64_t n_gen = 128;
+  int reps = 5;
+  bool json = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
+  if (!o.engine.verbose) logger.set_level(LogLevel::kWarn);
+  EngineOptions eo = o.engine;
+  if (eo.ctx_size == 0) eo.ctx_size = std::max<int64_t>(o.n_prompt, o.n_gen + 1) + 16;
+  auto loaded = load_engine(eo, clock, logger);
+  if (!loaded.is_ok()) return fail(loaded.status());
+  engine::Engine& eng = *loaded->engine;
+  const model::Tokenizer& tok = *loaded->tokenizer;
+  const int64_t n_vocab = eng.model().config().n_vocab;
+
+  // Prompt: random normal tokens (fixed seed), BOS first, as llama-bench does.
+  engine::GenerateRequest prefill;
+  Rng rng(42);
+  prefill.prompt.push_back(std::max(0, tok.bos_id()));
+  while (static_cast<int64_t>(prefill.prompt.size()) < o.n_prompt) {
+    const auto id = static_cast<int32_t>(rng.next_u64() % n_vocab);
+    if (tok.vocab().types[id] == model::TokenType::kNormal) prefill.prompt.push_back(id);
+  }
+  prefill.max_new_tokens = 0;
+  engine::GenerateRequest decode;
+  decode.prompt = {std::max(0, tok.bos_id())};
+  decode.max_new_tokens = o.n_gen + 1;  // the first token comes from prefill; n_gen decode steps follow
+
+  std::vector<double> prefill_tps, decode_tps;
+  for (int r = 0; r <= o.reps; ++r) {  // run 0 is the warm-up
+    if (o.n_prompt > 0) {
+      auto res = eng.generate(prefill);
+      if (!res.is_ok()) return fail(res.status());
+      if (r > 0) prefill_tps.push_back(res->stats.prefill_tps());
+    }
+    if (o.n_gen > 0) {
+      auto res = eng.generate(decode);
+      if (!res.is_ok()) return fail(res.status());
+      if (r > 0) decode_tps.push_back(res->stats.decode_tps());
+    }
+  }
+  const double pp = prefill_tps.empty() ? 0 : median(prefill_tps);
+  const double tg = decode_tps.empty() ? 0 : median(decode_tps);
+  const std::string model_name = o.engine.model_path.empty() ? "built-in default" : o.engine.model_path;
+  const int64_t weight_bytes = eng.model().weight_bytes();
+  if (o.json) {
+    nlohmann::json j = {{"model", model_name},       {"threads", eng.num_threads()},
+                        {"isa", kernels::isa_name(kernels::detect_isa())},
+                        {"n_prompt", o.n_prompt},     {"n_gen", o.n_gen},
+                        {"reps", o.reps},             {"prefill_tps", pp},
+                        {"decode_tps", tg},           {"prefill_tps_runs", prefill_tps},
+                        {"decode_tps_runs", decode_tps}, {"weight_bytes", weight_bytes}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("| model | threads | isa | test | tokens/s (median of %d) |\n|---|---|---|---|---|\n", o.reps);
+  std::printf("| %s | %d | %s | pp%lld | %.2f |\n", model_name.c_str(), eng.num_threads(),
+              kernels::isa_name(kernels::detect_isa()), static_cast<long long>(o.n_prompt), pp);
+  std::printf("| %s | %d | %s | tg%lld | %.2f |\n", model_name.c_str(), eng.num_threads(),
+              kernels::isa_name(kernels::detect_isa()), static_cast<long long>(o.n_gen), tg);
+  return 0;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code) {
+  auto options = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "measure prefill and decode speed");
+  add_engine_options(*cmd, options->engine);
+  cmd->add_option("-p,--n-prompt", options->n_prompt, "prompt tokens for the prefill test")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_option("-n,--n-gen", options->n_gen, "tokens for the decode test")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_option("-r,--reps", options->reps, "repetitions (median reported)")->check(CLI::Range(1, 1000));
+  cmd->add_flag("--json", options->json, "print one JSON object");
+  cmd->callback([options, &clock, &logger, &exit_code] { exit_code = bench(*options, clock, logger); });
+}
+
+}  // namespace pagoda::tools

@@ -1,0 +1,129 @@
+// pagoda info | make-model | convert: inspect and write model files.
+#include <cstdio>
+#include <map>
+
+#include "kvcache/kv_layout.h"
+#include "model/model_config.h"
+#include "model/model_factory.h"
+#include "tools/commands.h"
+#include "tools/model_source.h"
+
+namespace pagoda::tools {
+
+namespace {
+
+int info(const std::string& path, const std::string& tokenizer_path, bool all_keys) {
+  auto file = load_model_file(path, tokenizer_path);
+  if (!file.is_ok()) return fail(file.status());
+  const model::GgufFile& f = *file;
+  std::printf("file            %s\n", path.empty() ? "(built-in default model)" : path.c_str());
+  std::printf("gguf version    %u, %zu metadata keys, %zu tensors\n", f.version(), f.metadata().size(), f.tensors().size());
+  auto config = model::config_from_gguf(f);
+  if (config.is_ok()) {
+    const model::ModelConfig& c = *config;
+    std::printf("architecture    %s%s%s\n", c.arch_name.c_str(), c.name.empty() ? "" : "  name: ", c.name.c_str());
+    std::printf("layers          %lld\n", (long long)c.n_layer);
+    std::printf("width           %lld\n", (long long)c.n_embd);
+    std::printf("heads           %lld query, %lld kv (%s), head dim %lld\n", (long long)c.n_head, (long long)c.n_kv_head,
+                c.n_kv_head == c.n_head ? "MHA" : c.n_kv_head == 1 ? "MQA" : "GQA", (long long)c.head_dim);
+    std::printf("feed-forward    %lld\n", (long long)c.n_ff);
+    std::printf("vocab           %lld\n", (long long)c.n_vocab);
+    std::printf("context         %lld (trained)\n", (long long)c.n_ctx_train);
+    std::printf("rope            %s, %lld dims, base %g, scale %g\n",
+                c.rope.style == kernels::RopeStyle::kAdjacentPairs ? "adjacent pairs" : "neox halves",
+                (long long)c.rope.rot_dim, c.rope.freq_base, c.rope.freq_scale);
+    std::printf("rms eps         %g\n", c.rms_eps);
+    std::printf("KV bytes/token  %lld (f32), %lld (f16)  = 2 x %lld layers x %lld kv heads x %lld dims x dtype\n",
+                (long long)c.kv_bytes_per_token(4), (long long)c.kv_bytes_per_token(2), (long long)c.n_layer,
+                (long long)c.n_kv_head, (long long)c.head_dim);
+  } else if (!f.tensors().empty()) {
+    std::printf("model           not runnable: %s\n", config.status().message().c_str());
+  }
+  std::map<std::string, std::pair<int, uint64_t>> by_type;
+  uint64_t total = 0;
+  for (const auto& t : f.tensors()) {
+    auto& e = by_type[model::ggml_type_name(t.ggml_type)];
+    ++e.first;
+    e.second += t.bytes;
+    total += t.bytes;
+  }
+  std::printf("tensor bytes    %s\n", kvcache::format_bytes(static_cast<int64_t>(total)).c_str());
+  for (const auto& [type, e] : by_type) {
+    std::printf("  %-6s        %d tensors, %s\n", type.c_str(), e.first, kvcache::format_bytes(static_cast<int64_t>(e.second)).c_str());
+  }
+  if (all_keys) {
+    std::printf("metadata:\n");
+    for (const auto& [key, value] : f.metadata()) std::printf("  %s = %s\n", key.c_str(), value.to_display_string().c_str());
+    std::printf("tensors:\n");
+    for (const auto& t : f.tensors()) {
+      std::string dims;
+      for (auto d : t.dims) dims += (dims.empty() ? "" : " x ") + std::to_string(d);
+      std::printf("  %-32s %-6s [%s]\n", t.name.c_str(), model::ggml_type_name(t.ggml_type), dims.c_str());
+    }
+  }
+  return 0;
+}
+
+int make_model(const std::string& shape_name, const std::string& dtype_name_str, const std::string& out, uint64_t seed) {
+  auto shape = model::find_model_shape(shape_name);
+  if (!shape.is_ok()) return fail(shape.status());
+  auto dtype = dtype_from_name(dtype_name_str);
+  if (!dtype.has_value()) return fail(Status::error("unknown dtype '" + dtype_name_str + "' (f32, f16, bf16, q8_0, q4_0)"));
+  auto file = model::make_random_model(*shape, *dtype, seed);
+  if (!file.is_ok()) return fail(file.status());
+  Status s = file->write(out);
+  if (!s.is_ok()) return fail(s);
+  std::printf("wrote %s (%s, %s)\n", out.c_str(), shape_name.c_str(), dtype_name_str.c_str());
+  return 0;
+}
+
+int convert(const std::string& in, const std::string& tokenizer, const std::string& out) {
+  auto file = load_model_file(in, tokenizer);
+  if (!file.is_ok()) return fail(file.status());
+  if (auto config = model::config_from_gguf(*file); !config.is_ok()) return fail(config.status().with_context(in));
+  Status s = file->write(out);
+  if (!s.is_ok()) return fail(s);
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void register_info(CLI::App& app, int& exit_code) {
+  auto path = std::make_shared<std::string>();
+  auto tok = std::make_shared<std::string>();
+  auto all = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand("info", "describe a model file");
+  cmd->add_option("model", *path, "GGUF file or llama2.c checkpoint (default: the built-in model)");
+  cmd->add_option("--tokenizer", *tok, "tokenizer.bin for a llama2.c checkpoint");
+  cmd->add_flag("-a,--all", *all, "list every metadata key and tensor");
+  cmd->callback([=, &exit_code] { exit_code = info(*path, *tok, *all); });
+}
+
+void register_make_model(CLI::App& app, int& exit_code) {
+  struct Options {
+    std::string shape = "tiny", dtype = "f32", out;
+    uint64_t seed = 1234;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("make-model", "write a random-weight GGUF of a named shape");
+  cmd->add_option("--shape", o->shape, "default, tiny, llama-110m, tinyllama-1.1b");
+  cmd->add_option("--dtype", o->dtype, "f32, f16, bf16, q8_0, q4_0");
+  cmd->add_option("-o,--output", o->out, "output .gguf")->required();
+  cmd->add_option("--seed", o->seed, "weights seed");
+  cmd->callback([o, &exit_code] { exit_code = make_model(o->shape, o->dtype, o->out, o->seed); });
+}
+
+void register_convert(CLI::App& app, int& exit_code) {
+  struct Options {
+    std::string in, tokenizer, out;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("convert", "convert a llama2.c checkpoint to GGUF");
+  cmd->add_option("model", o->in, "llama2.c .bin checkpoint")->required();
+  cmd->add_option("--tokenizer", o->tokenizer, "its tokenizer.bin");
+  cmd->add_option("-o,--output", o->out, "output .gguf")->required();
+  cmd->callback([o, &exit_code] { exit_code = convert(o->in, o->tokenizer, o->out); });
+}
+
+}  // namespace pagoda::tools

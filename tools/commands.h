@@ -1,0 +1,47 @@
+// The `pagoda` subcommands. Each registers its flags on a CLI11 app and returns the exit code
+// of its run. Options shared by commands that run a model live in EngineOptions.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#include "model/tokenizer.h"
+
+namespace pagoda::tools {
+
+struct EngineOptions {
+  std::string model_path;
+  std::string tokenizer_path;
+  int threads = 0;
+  std::string kv_cache_mem;  // "" = default
+  int64_t block_size = 16;
+  std::string kv_dtype = "f32";
+  int64_t ctx_size = 0;
+  int64_t batch_size = 512;
+  bool verbose = false;
+};
+
+void add_engine_options(CLI::App& app, EngineOptions& options);
+Result<engine::EngineConfig> engine_config_from(const EngineOptions& options);
+
+// Loads the model and tokenizer and creates the engine.
+struct LoadedEngine {
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<model::Tokenizer> tokenizer;
+};
+Result<LoadedEngine> load_engine(const EngineOptions& options, const Clock& clock, const Logger& logger);
+
+// Prints "error: <message>" to stderr and returns 1.
+int fail(const Status& status);
+
+void register_run(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
+void register_bench(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
+void register_info(CLI::App& app, int& exit_code);
+void register_tokenize(CLI::App& app, int& exit_code);
+void register_make_model(CLI::App& app, int& exit_code);
+void register_convert(CLI::App& app, int& exit_code);
+
+}  // namespace pagoda::tools

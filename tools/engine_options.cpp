@@ -1,0 +1,60 @@
+#include <cstdio>
+
+#include "kvcache/kv_layout.h"
+#include "model/llama_model.h"
+#include "tools/commands.h"
+#include "tools/model_source.h"
+
+namespace pagoda::tools {
+
+void add_engine_options(CLI::App& app, EngineOptions& o) {
+  app.add_option("-m,--model", o.model_path, "GGUF file or llama2.c checkpoint (default: the built-in model)");
+  app.add_option("--tokenizer", o.tokenizer_path, "tokenizer.bin for a llama2.c checkpoint");
+  app.add_option("-t,--threads", o.threads, "compute threads (default: all cores)");
+  app.add_option("--kv-cache-mem", o.kv_cache_mem, "KV cache budget, e.g. 512M, 2G (default: 4 contexts, at most 2 GiB)");
+  app.add_option("--block-size", o.block_size, "tokens per KV block")->check(CLI::Range(1, 4096));
+  app.add_option("--kv-dtype", o.kv_dtype, "KV cache element type")->check(CLI::IsMember({"f32", "f16"}));
+  app.add_option("-c,--ctx-size", o.ctx_size, "context length (default: the model's)");
+  app.add_option("-b,--batch-size", o.batch_size, "rows per forward pass (prefill chunk)")->check(CLI::Range(1, 65536));
+  app.add_flag("-v,--verbose", o.verbose, "log more");
+}
+
+Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
+  engine::EngineConfig config;
+  config.num_threads = o.threads;
+  if (!o.kv_cache_mem.empty()) {
+    PAGODA_ASSIGN_OR_RETURN(config.kv_cache_bytes, kvcache::parse_bytes(o.kv_cache_mem));
+    if (config.kv_cache_bytes <= 0) return Status::error("--kv-cache-mem must be positive");
+  }
+  config.block_size = o.block_size;
+  config.kv_dtype = *dtype_from_name(o.kv_dtype);
+  config.max_context = o.ctx_size;
+  config.max_batch_tokens = o.batch_size;
+  return config;
+}
+
+Result<LoadedEngine> load_engine(const EngineOptions& o, const Clock& clock, const Logger& logger) {
+  PAGODA_ASSIGN_OR_RETURN(engine::EngineConfig config, engine_config_from(o));
+  PAGODA_ASSIGN_OR_RETURN(model::GgufFile file, load_model_file(o.model_path, o.tokenizer_path));
+  LoadedEngine loaded;
+  {
+    PAGODA_ASSIGN_OR_RETURN(model::Tokenizer tokenizer, tokenizer_from_file(file));
+    loaded.tokenizer = std::make_unique<model::Tokenizer>(std::move(tokenizer));
+  }
+  const std::string name = o.model_path.empty() ? std::string("built-in default model") : o.model_path;
+  auto model = model::LlamaModel::load(std::move(file));
+  if (!model.is_ok()) return model.status().with_context(name);
+  const model::ModelConfig& mc = model.value()->config();
+  logger.info(name + ": " + mc.arch_name + ", " + std::to_string(mc.n_layer) + " layers, width " +
+              std::to_string(mc.n_embd) + ", heads " + std::to_string(mc.n_head) + "/" + std::to_string(mc.n_kv_head) +
+              ", vocab " + std::to_string(mc.n_vocab) + ", weights " + kvcache::format_bytes(model.value()->weight_bytes()));
+  PAGODA_ASSIGN_OR_RETURN(loaded.engine, engine::Engine::create(std::move(model).value(), config, clock, logger));
+  return loaded;
+}
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return 1;
+}
+
+}  // namespace pagoda::tools
