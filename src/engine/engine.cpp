@@ -107,7 +107,8 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request, const To
     if (id < 0 || id >= n_vocab) return Status::error("prompt token id " + std::to_string(id) + " outside the vocabulary");
   }
   PAGODA_RETURN_IF_ERROR(request.sampling.validate());
-  PAGODA_RETURN_IF_ERROR(check_fits(n_prompt + request.max_new_tokens));
+  // The last generated token is returned, never fed back, so it needs no KV slot.
+  PAGODA_RETURN_IF_ERROR(check_fits(n_prompt + std::max<int64_t>(0, request.max_new_tokens - 1)));
 
   GenerateResult result;
   result.stats.prompt_tokens = n_prompt;
