@@ -1,0 +1,512 @@
+#include "model/tokenizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <queue>
+
+namespace pagoda::model {
+namespace {
+
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581 "▁"
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// Scans one UTF-8 character at the start of `s` (non-empty). Returns n > 0 when a well-formed
+// character of n bytes starts there; -n when the first n bytes are a maximal ill-formed subpart
+// (to be replaced by one U+FFFD); 0 when `s` ends inside a character that may still be valid.
+int scan_utf8(std::string_view s) {
+  const auto b0 = static_cast<uint8_t>(s[0]);
+  if (b0 < 0x80) return 1;
+  int need = 0;
+  uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the next byte (Unicode Table 3-7)
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    need = 1;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    need = 2;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;  // no surrogates
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    need = 3;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;  // <= U+10FFFF
+  } else {
+    return -1;
+  }
+  for (int i = 1; i <= need; ++i) {
+    if (static_cast<size_t>(i) >= s.size()) return 0;
+    const auto b = static_cast<uint8_t>(s[i]);
+    if (b < lo || b > hi) return -i;
+    lo = 0x80;
+    hi = 0xBF;
+  }
+  return need + 1;
+}
+
+// Appends the well-formed characters of `in` to `out`, each maximal ill-formed subpart as
+// U+FFFD. Unless `final`, stops before an unfinished character at the end. Returns the number
+// of bytes of `in` consumed.
+size_t append_sanitized_utf8(std::string_view in, bool final, std::string& out) {
+  size_t i = 0;
+  while (i < in.size()) {
+    const int n = scan_utf8(in.substr(i));
+    if (n > 0) {
+      out.append(in.substr(i, static_cast<size_t>(n)));
+      i += static_cast<size_t>(n);
+    } else if (n < 0) {
+      out.append(kReplacement);
+      i += static_cast<size_t>(-n);
+    } else {
+      if (!final) break;
+      out.append(kReplacement);  // the unfinished tail is one maximal subpart
+      i = in.size();
+    }
+  }
+  return i;
+}
+
+// "<0xNN>" (hex digits of either case) -> NN.
+bool parse_byte_token(std::string_view text, uint8_t& byte) {
+  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return false;
+  int value = 0;
+  for (char c : text.substr(3, 2)) {
+    int digit = -1;
+    if (c >= '0' && c <= '9') digit = c - '0';
+    if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') digit = c - 'A' + 10;
+    if (digit < 0) return false;
+    value = value * 16 + digit;
+  }
+  byte = static_cast<uint8_t>(value);
+  return true;
+}
+
+std::string byte_token_text(uint8_t byte) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  return std::string{'<', '0', 'x', kHex[byte >> 4], kHex[byte & 15], '>'};
+}
+
+// The token for each byte in byte fallback: a BYTE token, else a token spelled "<0xNN>"
+// (llama.cpp's lookup), else the one-byte token, else unk_id (may be -1). Types must be valid.
+std::array<int32_t, 256> build_byte_table(const Vocab& vocab) {
+  std::array<int32_t, 256> typed, spelled, single;
+  typed.fill(-1);
+  spelled.fill(-1);
+  single.fill(-1);
+  for (size_t id = 0; id < vocab.tokens.size(); ++id) {
+    const std::string& text = vocab.tokens[id];
+    uint8_t byte = 0;
+    if (vocab.types[id] == TokenType::kByte && parse_byte_token(text, byte) && typed[byte] < 0) {
+      typed[byte] = static_cast<int32_t>(id);
+    }
+    if (text.size() == 6 && parse_byte_token(text, byte) && text == byte_token_text(byte)) {
+      spelled[byte] = static_cast<int32_t>(id);
+    }
+    if (text.size() == 1) single[static_cast<uint8_t>(text[0])] = static_cast<int32_t>(id);
+  }
+  std::array<int32_t, 256> table;
+  for (size_t b = 0; b < 256; ++b) {
+    table[b] = typed[b] >= 0     ? typed[b]
+               : spelled[b] >= 0 ? spelled[b]
+               : single[b] >= 0  ? single[b]
+                                 : vocab.unk_id;
+  }
+  return table;
+}
+
+Status check_id(const char* name, int32_t id, size_t n_vocab) {
+  if (id < -1 || (id >= 0 && static_cast<size_t>(id) >= n_vocab)) {
+    return Status::error("vocab: " + std::string(name) + " " + std::to_string(id) +
+                         " is out of range [0, " + std::to_string(n_vocab) + ") (-1 means none)");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status validate_vocab(const Vocab& vocab) {
+  const size_t n = vocab.tokens.size();
+  if (n == 0) return Status::error("vocab: no tokens");
+  if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return Status::error("vocab: " + std::to_string(n) + " tokens is more than int32 ids allow");
+  }
+  if (vocab.scores.size() != n || vocab.types.size() != n) {
+    return Status::error("vocab: " + std::to_string(n) + " tokens but " +
+                         std::to_string(vocab.scores.size()) + " scores and " +
+                         std::to_string(vocab.types.size()) + " token types");
+  }
+  for (size_t id = 0; id < n; ++id) {
+    const std::string where =
+        "vocab: token " + std::to_string(id) + " ('" + vocab.tokens[id] + "')";
+    if (std::isnan(vocab.scores[id])) return Status::error(where + " has a NaN score");
+    const auto type = static_cast<int32_t>(vocab.types[id]);
+    if (type < 0 || type > static_cast<int32_t>(TokenType::kByte)) {
+      return Status::error(where + " has unknown token type " + std::to_string(type));
+    }
+    uint8_t byte = 0;
+    if (vocab.types[id] == TokenType::kByte && !parse_byte_token(vocab.tokens[id], byte)) {
+      return Status::error(where + " has type BYTE but is not spelled <0xNN>");
+    }
+  }
+  PAGODA_RETURN_IF_ERROR(check_id("bos_id", vocab.bos_id, n));
+  PAGODA_RETURN_IF_ERROR(check_id("eos_id", vocab.eos_id, n));
+  PAGODA_RETURN_IF_ERROR(check_id("unk_id", vocab.unk_id, n));
+  if (vocab.add_bos && vocab.bos_id < 0)
+    return Status::error("vocab: add_bos is set but there is no bos_id");
+  if (vocab.add_eos && vocab.eos_id < 0)
+    return Status::error("vocab: add_eos is set but there is no eos_id");
+  const std::array<int32_t, 256> bytes = build_byte_table(vocab);
+  for (size_t b = 0; b < 256; ++b) {
+    if (bytes[b] < 0) {
+      return Status::error("vocab: no token for byte " + byte_token_text(static_cast<uint8_t>(b)) +
+                           " and no unk token, so byte fallback cannot encode every text");
+    }
+  }
+  return Status::ok();
+}
+
+Result<Vocab> read_llama2c_vocab(const std::string& path, int32_t vocab_size) {
+  if (vocab_size <= 0) {
+    return Status::error(path + ": vocab_size must be positive, got " + std::to_string(vocab_size));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::error(path + ": cannot open tokenizer file");
+  in.seekg(0, std::ios::end);
+  const std::streamoff end = in.tellg();
+  if (!in || end < 0) return Status::error(path + ": cannot read tokenizer file size");
+  const auto file_size = static_cast<uint64_t>(end);
+  in.seekg(0, std::ios::beg);
+  uint64_t offset = 0;
+  // Reads `size` bytes; false (and nothing read) when the file has fewer left.
+  auto read_bytes = [&](void* dst, uint64_t size) {
+    if (size > file_size - offset) return false;
+    in.read(static_cast<char*>(dst), static_cast<std::streamsize>(size));
+    offset += size;
+    return static_cast<bool>(in);
+  };
+  auto truncated = [&](const std::string& what) {
+    return Status::error(path + ": truncated: " + what + " at byte " + std::to_string(offset) +
+                         " runs past the end of the file (" + std::to_string(file_size) +
+                         " bytes); is this a llama2.c tokenizer.bin for a vocab of " +
+                         std::to_string(vocab_size) + "?");
+  };
+  uint32_t max_token_length = 0;
+  if (!read_bytes(&max_token_length, 4)) return truncated("the max_token_length header");
+
+  Vocab vocab;
+  const auto expected = static_cast<size_t>(vocab_size);
+  const size_t reserve = std::min<uint64_t>(expected, file_size / 8 + 1);
+  vocab.tokens.reserve(reserve);
+  vocab.scores.reserve(reserve);
+  vocab.types.reserve(reserve);
+  for (size_t id = 0; id < expected; ++id) {
+    const std::string what = "token " + std::to_string(id) + " of " + std::to_string(expected);
+    float score = 0;
+    uint32_t len = 0;
+    if (!read_bytes(&score, 4) || !read_bytes(&len, 4)) return truncated("the header of " + what);
+    if (len > max_token_length) {
+      return Status::error(path + ": " + what + " has length " + std::to_string(len) +
+                           ", more than the file's max_token_length " +
+                           std::to_string(max_token_length));
+    }
+    if (len > file_size - offset) return truncated("the text of " + what);  // before allocating
+    std::string text(len, '\0');
+    if (!read_bytes(text.data(), len)) return truncated("the text of " + what);
+    TokenType type = TokenType::kNormal;
+    uint8_t byte = 0;
+    if (id == 0) {
+      type = TokenType::kUnknown;
+    } else if (id == 1 || id == 2) {
+      type = TokenType::kControl;
+      if (text == "\n<s>\n") text = "<s>";
+      if (text == "\n</s>\n") text = "</s>";
+    } else if (parse_byte_token(text, byte)) {
+      type = TokenType::kByte;
+    }
+    std::string escaped;
+    for (char c : text) {
+      if (c == ' ') {
+        escaped.append(kSpaceMarker);
+      } else {
+        escaped.push_back(c);
+      }
+    }
+    vocab.tokens.push_back(std::move(escaped));
+    vocab.scores.push_back(score);
+    vocab.types.push_back(type);
+  }
+  if (offset != file_size) {
+    return Status::error(path + ": " + std::to_string(file_size - offset) + " bytes left after " +
+                         std::to_string(expected) +
+                         " tokens; the model's vocab_size does not match this tokenizer");
+  }
+  vocab.unk_id = 0;
+  vocab.bos_id = vocab_size > 1 ? 1 : -1;
+  vocab.eos_id = vocab_size > 2 ? 2 : -1;
+  vocab.add_bos = vocab.bos_id >= 0;
+  PAGODA_RETURN_IF_ERROR(validate_vocab(vocab).with_context(path));
+  return vocab;
+}
+
+Result<Tokenizer> Tokenizer::create(Vocab vocab) {
+  PAGODA_RETURN_IF_ERROR(validate_vocab(vocab));
+  return Tokenizer(std::move(vocab));
+}
+
+Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
+  const size_t n = vocab_.tokens.size();
+  byte_to_id_ = build_byte_table(vocab_);
+  piece_to_id_.reserve(n);
+  pieces_.resize(n);
+  for (size_t id = 0; id < n; ++id) {
+    const std::string& text = vocab_.tokens[id];
+    piece_to_id_.insert_or_assign(text, static_cast<int32_t>(id));
+    uint8_t byte = 0;
+    switch (vocab_.types[id]) {
+      case TokenType::kUndefined:
+      case TokenType::kNormal:
+        for (size_t i = 0; i < text.size();) {
+          if (text.compare(i, kSpaceMarker.size(), kSpaceMarker) == 0) {
+            pieces_[id].push_back(' ');
+            i += kSpaceMarker.size();
+          } else {
+            pieces_[id].push_back(text[i++]);
+          }
+        }
+        break;
+      case TokenType::kByte:
+        CHECK(parse_byte_token(text, byte)) << "validated vocab has a bad byte token " << id;
+        pieces_[id] = std::string(1, static_cast<char>(byte));
+        break;
+      case TokenType::kUserDefined:
+        pieces_[id] = text;
+        break;
+      case TokenType::kUnknown:
+      case TokenType::kControl:
+      case TokenType::kUnused:
+        break;
+    }
+    const TokenType type = vocab_.types[id];
+    if (!text.empty() && (type == TokenType::kControl || type == TokenType::kUnknown ||
+                          type == TokenType::kUserDefined)) {
+      special_ids_.push_back(static_cast<int32_t>(id));
+      has_user_defined_ = has_user_defined_ || type == TokenType::kUserDefined;
+    }
+  }
+  std::stable_sort(special_ids_.begin(), special_ids_.end(), [&](int32_t a, int32_t b) {
+    return vocab_.tokens[a].size() > vocab_.tokens[b].size();
+  });
+  for (size_t rank = 0; rank < special_ids_.size(); ++rank) {
+    const std::string& text = vocab_.tokens[special_ids_[rank]];
+    special_rank_.try_emplace(text, static_cast<int32_t>(rank));
+    special_first_byte_[static_cast<uint8_t>(text[0])] = true;
+    if (special_lengths_.empty() || special_lengths_.back() != text.size()) {
+      special_lengths_.push_back(text.size());
+    }
+  }
+}
+
+bool Tokenizer::special_matches(int32_t id, bool parse_special) const {
+  return vocab_.types[id] == TokenType::kUserDefined || parse_special;
+}
+
+// llama.cpp's partition: special tokens are taken in priority order (longer text first); each
+// takes its leftmost non-overlapping occurrences inside what is still raw text.
+std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
+                                                          bool parse_special) const {
+  std::vector<Fragment> fragments;
+  if (!parse_special && !has_user_defined_) {
+    if (!text.empty()) fragments.push_back({0, text.size(), -1});
+    return fragments;
+  }
+  struct Occurrence {
+    int32_t rank;
+    size_t pos;
+  };
+  std::vector<Occurrence> found;
+  for (size_t pos = 0; pos < text.size(); ++pos) {
+    if (!special_first_byte_[static_cast<uint8_t>(text[pos])]) continue;
+    for (size_t len : special_lengths_) {
+      if (len > text.size() - pos) continue;
+      auto it = special_rank_.find(text.substr(pos, len));
+      if (it != special_rank_.end() && special_matches(special_ids_[it->second], parse_special)) {
+        found.push_back({it->second, pos});
+      }
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const Occurrence& a, const Occurrence& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos;
+  });
+  std::map<size_t, std::pair<size_t, int32_t>> taken;  // begin -> (end, token id); disjoint
+  int32_t last_rank = -1;
+  size_t last_end = 0;
+  for (const Occurrence& occ : found) {
+    const int32_t id = special_ids_[occ.rank];
+    const size_t end = occ.pos + vocab_.tokens[id].size();
+    if (occ.rank != last_rank) {
+      last_rank = occ.rank;
+      last_end = 0;
+    }
+    if (occ.pos < last_end) continue;  // overlaps this token's previous match
+    auto next = taken.lower_bound(end);
+    if (next != taken.begin() && std::prev(next)->second.first > occ.pos) continue;
+    taken.emplace(occ.pos, std::make_pair(end, id));
+    last_end = end;
+  }
+  size_t raw_begin = 0;
+  for (const auto& [begin, span] : taken) {
+    if (begin > raw_begin) fragments.push_back({raw_begin, begin, -1});
+    fragments.push_back({begin, span.first, span.second});
+    raw_begin = span.first;
+  }
+  if (raw_begin < text.size()) fragments.push_back({raw_begin, text.size(), -1});
+  return fragments;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
+                                       bool parse_special) const {
+  std::vector<int32_t> ids;
+  if (add_bos) {
+    CHECK_GE(vocab_.bos_id, 0) << "encode(add_bos=true) with a vocab that has no BOS";
+    ids.push_back(vocab_.bos_id);
+  }
+  bool after_special = true;  // the first raw fragment gets the dummy prefix too
+  std::string escaped;
+  for (const Fragment& fragment : split_special(text, parse_special)) {
+    if (fragment.special_id >= 0) {
+      ids.push_back(fragment.special_id);
+      after_special = true;
+      continue;
+    }
+    escaped.clear();
+    if (vocab_.add_space_prefix && after_special) escaped.append(kSpaceMarker);
+    for (char c : text.substr(fragment.begin, fragment.end - fragment.begin)) {
+      if (c == ' ') {
+        escaped.append(kSpaceMarker);
+      } else {
+        escaped.push_back(c);
+      }
+    }
+    encode_fragment(escaped, ids);
+    after_special = false;
+  }
+  return ids;
+}
+
+// BPE over one escaped fragment: a doubly linked list of symbols (spans of `text`) and a
+// priority queue of candidate merges. A queued merge is stale once either side has changed,
+// which the length check detects: a symbol's length only grows, or drops to 0 when absorbed.
+void Tokenizer::encode_fragment(std::string_view text, std::vector<int32_t>& out) const {
+  struct Symbol {
+    int32_t prev, next;   // neighbours in the list, -1 at the ends
+    uint32_t begin, len;  // span of `text`; len 0 once merged into its left neighbour
+  };
+  struct Merge {
+    float score;
+    int32_t left, right;
+    uint32_t len;  // len of left + len of right when queued
+  };
+  struct Lower {  // priority: higher score, then leftmost
+    bool operator()(const Merge& a, const Merge& b) const {
+      return a.score < b.score || (a.score == b.score && a.left > b.left);
+    }
+  };
+  CHECK_LT(text.size(), size_t{std::numeric_limits<int32_t>::max()}) << "fragment too long";
+  std::vector<Symbol> symbols;
+  for (size_t i = 0; i < text.size();) {
+    const int n = scan_utf8(text.substr(i));
+    const auto len = static_cast<uint32_t>(n > 0 ? n : 1);  // an ill-formed byte stands alone
+    const auto index = static_cast<int32_t>(symbols.size());
+    symbols.push_back({index - 1, index + 1, static_cast<uint32_t>(i), len});
+    i += len;
+  }
+  if (symbols.empty()) return;
+  symbols.back().next = -1;
+
+  std::priority_queue<Merge, std::vector<Merge>, Lower> queue;
+  auto try_merge = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const uint32_t len = symbols[left].len + symbols[right].len;
+    auto it = piece_to_id_.find(text.substr(symbols[left].begin, len));
+    if (it != piece_to_id_.end()) queue.push({vocab_.scores[it->second], left, right, len});
+  };
+  for (size_t i = 1; i < symbols.size(); ++i)
+    try_merge(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
+  while (!queue.empty()) {
+    const Merge merge = queue.top();
+    queue.pop();
+    Symbol& left = symbols[merge.left];
+    Symbol& right = symbols[merge.right];
+    if (left.len == 0 || right.len == 0 || left.next != merge.right ||
+        left.len + right.len != merge.len) {
+      continue;  // stale
+    }
+    left.len += right.len;
+    right.len = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = merge.left;
+    try_merge(left.prev, merge.left);
+    try_merge(merge.left, left.next);
+  }
+  for (int32_t i = 0; i >= 0; i = symbols[i].next) {
+    const std::string_view piece = text.substr(symbols[i].begin, symbols[i].len);
+    auto it = piece_to_id_.find(piece);
+    if (it != piece_to_id_.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    for (char c : piece) out.push_back(byte_to_id_[static_cast<uint8_t>(c)]);  // byte fallback
+  }
+}
+
+std::string Tokenizer::token_to_piece(int32_t id, bool special) const {
+  CHECK(id >= 0 && id < vocab_size())
+      << "token id " << id << " out of range [0, " << vocab_size() << ")";
+  const TokenType type = vocab_.types[id];
+  if (special &&
+      (type == TokenType::kControl || type == TokenType::kUnknown || type == TokenType::kUnused)) {
+    return vocab_.tokens[id];
+  }
+  return pieces_[id];
+}
+
+void Tokenizer::append_piece(int32_t id, bool& strip_space, std::string& out) const {
+  CHECK(id >= 0 && id < vocab_size())
+      << "token id " << id << " out of range [0, " << vocab_size() << ")";
+  const std::string& piece = pieces_[id];
+  const size_t skip = strip_space && !piece.empty() && piece[0] == ' ' ? 1 : 0;
+  out.append(piece, skip);
+  strip_space = id == vocab_.bos_id && vocab_.add_space_prefix;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string raw;
+  bool strip_space = vocab_.add_space_prefix;
+  for (int32_t id : ids) append_piece(id, strip_space, raw);
+  std::string out;
+  out.reserve(raw.size());
+  append_sanitized_utf8(raw, /*final=*/true, out);
+  return out;
+}
+
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer)
+    : tokenizer_(&tokenizer), strip_space_(tokenizer.vocab().add_space_prefix) {}
+
+std::string StreamDecoder::push(int32_t id) {
+  tokenizer_->append_piece(id, strip_space_, pending_);
+  std::string out;
+  const size_t used = append_sanitized_utf8(pending_, /*final=*/false, out);
+  pending_.erase(0, used);
+  return out;
+}
+
+std::string StreamDecoder::flush() {
+  std::string out;
+  append_sanitized_utf8(pending_, /*final=*/true, out);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace pagoda::model
