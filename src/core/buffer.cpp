@@ -9,7 +9,7 @@
 
 namespace pagoda {
 
-Result<AlignedBuffer> AlignedBuffer::allocate(size_t bytes) {
+Result<AlignedBuffer> AlignedBuffer::allocate(size_t bytes, bool prefault) {
   if (bytes == 0) return AlignedBuffer();
   constexpr size_t kPage = 4096;
   size_t mapped = (bytes + kPage - 1) / kPage * kPage;
@@ -18,6 +18,10 @@ Result<AlignedBuffer> AlignedBuffer::allocate(size_t bytes) {
     return Status::error("cannot allocate " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
   }
   if (mapped >= (size_t{2} << 20)) madvise(p, mapped, MADV_HUGEPAGE);  // best effort
+  if (prefault) {
+    auto* bytes_ptr = static_cast<volatile uint8_t*>(p);
+    for (size_t off = 0; off < mapped; off += kPage) bytes_ptr[off] = 0;
+  }
   return AlignedBuffer(static_cast<uint8_t*>(p), bytes, mapped);
 }
 

@@ -15,7 +15,8 @@ namespace pagoda {
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  static Result<AlignedBuffer> allocate(size_t bytes);
+  // prefault: touch every page now, so first use in the step loop takes no page faults.
+  static Result<AlignedBuffer> allocate(size_t bytes, bool prefault = false);
   ~AlignedBuffer();
   AlignedBuffer(AlignedBuffer&& other) noexcept;
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;

@@ -68,7 +68,14 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
   }
   wake_.notify_all();
   run_range(0);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  // Spin (the usual wait is microseconds), but yield if a worker was descheduled.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 4096) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
 }
 

@@ -10,7 +10,7 @@ Result<BlockPool> BlockPool::create(const KvLayout& layout, int64_t num_blocks) 
     return Status::error("KV pool needs 1..2^30 blocks, got " + std::to_string(num_blocks));
   }
   const int64_t bytes = 2 * layout.n_layer * layout.layer_array_bytes(num_blocks);
-  PAGODA_ASSIGN_OR_RETURN(AlignedBuffer memory, AlignedBuffer::allocate(static_cast<size_t>(bytes)));
+  PAGODA_ASSIGN_OR_RETURN(AlignedBuffer memory, AlignedBuffer::allocate(static_cast<size_t>(bytes), /*prefault=*/true));
   return BlockPool(layout, std::move(memory), num_blocks);
 }
 

@@ -1,0 +1,173 @@
+// End-to-end tests of the `pagoda` binary: what a user types and what they read back.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/gguf.h"
+#include "test_data.h"
+
+namespace pagoda {
+namespace {
+
+struct Output {
+  int exit_code = -1;
+  bool signaled = false;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string temp_dir() {
+  static const std::string dir = [] {
+    auto d = std::filesystem::temp_directory_path() / ("pagoda-cli-test-" + std::to_string(getpid()));
+    std::filesystem::create_directories(d);
+    return d.string();
+  }();
+  return dir;
+}
+
+Output pagoda(const std::string& args) {
+  const std::string err_path = temp_dir() + "/stderr.txt";
+  const std::string cmd = std::string(PAGODA_BIN_DIR) + "/pagoda " + args + " 2>" + err_path;
+  Output o;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return o;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.out.append(buf, n);
+  const int status = pclose(p);
+  o.signaled = WIFSIGNALED(status);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.err = testing::read_file_or_empty(err_path);
+  return o;
+}
+
+std::string stories(const std::string& file) { return testing::stories_dir() + "/" + file; }
+
+TEST(Cli, RunGreedyJsonMatchesReference) {
+  Output o = pagoda("run -m " + stories("stories260K.gguf") + " -p 'Once upon a time' -n 30 --temp 0 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  auto j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["prompt_token_ids"], nlohmann::json({1, 403, 407, 261, 378}));
+  std::vector<int> ids = j["token_ids"];
+  ASSERT_EQ(ids.size(), 30u);
+  const std::vector<int> want = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317};  // expected/*.tokens
+  EXPECT_EQ(std::vector<int>(ids.begin(), ids.begin() + 10), want);
+  EXPECT_EQ(j["text"].get<std::string>().rfind(", there was a little girl named Lily.", 0), 0u) << j["text"];
+  EXPECT_EQ(j["stats"]["generated_tokens"], 30);
+  EXPECT_GT(j["stats"]["kv_blocks_used"].get<int>(), 0);
+}
+
+TEST(Cli, RunStreamsTextThenStats) {
+  Output o = pagoda("run -m " + stories("stories260K.gguf") + " -p 'Tom and Lily' -n 16 --temp 0");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out.rfind("Tom and Lily", 0), 0u) << o.out;
+  for (const char* field : {"prompt tokens", "TTFT", "prefill", "generated tokens", "decode", "KV blocks used"}) {
+    EXPECT_NE(o.out.find(field), std::string::npos) << field;
+  }
+  EXPECT_NE(o.err.find("B/token"), std::string::npos) << "start-up log states the KV sizing: " << o.err;
+}
+
+TEST(Cli, SameSeedSameSample) {
+  const std::string args = "run -m " + stories("stories260K.gguf") + " -n 40 --temp 1.0 --seed 42 --json";
+  Output a = pagoda(args), b = pagoda(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(nlohmann::json::parse(a.out)["token_ids"], nlohmann::json::parse(b.out)["token_ids"]);
+}
+
+TEST(Cli, TokenizePlainJsonAndSpecial) {
+  Output o = pagoda("tokenize -m " + stories("stories260K.gguf") + " 'Once upon a time'");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out, "1 403 407 261 378\n");
+  o = pagoda("tokenize -m " + stories("stories260K.gguf") + " --no-bos --json 'Tom and Lily'");
+  EXPECT_EQ(o.out, "[274,287,269,317]\n");
+  Output plain = pagoda("tokenize -m " + stories("stories260K.gguf") + " --no-bos '<s>'");
+  Output special = pagoda("tokenize -m " + stories("stories260K.gguf") + " --no-bos --parse-special '<s>'");
+  EXPECT_EQ(special.out, "1\n");
+  EXPECT_NE(plain.out, "1\n");
+}
+
+TEST(Cli, TokenizeWorksOnAVocabOnlyGguf) {
+  auto full = model::GgufFile::read(stories("stories260K.gguf"));
+  ASSERT_TRUE(full.is_ok()) << full.status().message();
+  model::GgufFile vocab_only;
+  for (const auto& [key, value] : full->metadata()) {
+    if (key.rfind("tokenizer.", 0) == 0 || key == "general.architecture") vocab_only.set(key, value);
+  }
+  const std::string path = temp_dir() + "/vocab-only.gguf";
+  ASSERT_TRUE(vocab_only.write(path).is_ok());
+  Output o = pagoda("tokenize -m " + path + " 'Once upon a time'");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out, "1 403 407 261 378\n");
+}
+
+TEST(Cli, ConvertLlama2cToGgufGivesTheSameGeneration) {
+  const std::string out = temp_dir() + "/converted.gguf";
+  Output c = pagoda("convert " + stories("stories260K.bin") + " --tokenizer " + stories("tok512.bin") + " -o " + out);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  const std::string gen = " -p 'Once upon a time' -n 24 --temp 0 --json";
+  Output a = pagoda("run -m " + out + gen);
+  Output b = pagoda("run -m " + stories("stories260K.gguf") + gen);
+  Output d = pagoda("run -m " + stories("stories260K.bin") + " --tokenizer " + stories("tok512.bin") + gen);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(nlohmann::json::parse(a.out)["token_ids"], nlohmann::json::parse(b.out)["token_ids"]);
+  EXPECT_EQ(nlohmann::json::parse(d.out)["token_ids"], nlohmann::json::parse(b.out)["token_ids"]);
+}
+
+TEST(Cli, InfoStatesKvBytesPerToken) {
+  Output o = pagoda("info " + stories("stories260K.gguf"));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("KV bytes/token  1280 (f32), 640 (f16)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("4 kv (GQA)"), std::string::npos) << o.out;
+}
+
+TEST(Cli, MakeModelWritesALoadableFile) {
+  const std::string path = temp_dir() + "/tiny-q4.gguf";
+  Output m = pagoda("make-model --shape tiny --dtype q4_0 -o " + path);
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  Output r = pagoda("run -m " + path + " -p 'hello world' -n 8 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["token_ids"].size(), 8u);
+  Output i = pagoda("info " + path);
+  EXPECT_NE(i.out.find("q4_0"), std::string::npos) << i.out;
+}
+
+TEST(Cli, DefaultModelNeedsNoFile) {
+  Output o = pagoda("run -n 4 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(nlohmann::json::parse(o.out)["token_ids"].size(), 4u);
+}
+
+// Bad input: one clear error line and exit code 1, never a crash.
+void expect_clean_error(const Output& o, const std::string& fragment) {
+  EXPECT_FALSE(o.signaled) << "crashed: " << o.err;
+  EXPECT_EQ(o.exit_code, 1) << o.err;
+  EXPECT_NE(o.err.find("error: "), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find(fragment), std::string::npos) << o.err;
+}
+
+TEST(Cli, CorruptTruncatedAndMissingFilesGiveClearErrors) {
+  const std::string bytes = testing::read_file_or_empty(stories("stories260K.gguf"));
+  ASSERT_GT(bytes.size(), 100000u);
+  for (size_t cut : {size_t{3}, size_t{24}, size_t{500}, size_t{9000}, bytes.size() / 2, bytes.size() - 1}) {
+    const std::string path = temp_dir() + "/cut.gguf";
+    std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(cut));
+    expect_clean_error(pagoda("run -m " + path + " -n 2"), path);
+  }
+  expect_clean_error(pagoda("run -m /nonexistent/model.gguf"), "no such file");
+  const std::string garbage = temp_dir() + "/garbage.bin";
+  std::ofstream(garbage, std::ios::binary) << "this is not a model at all";
+  expect_clean_error(pagoda("run -m " + garbage + " --tokenizer " + stories("tok512.bin")), garbage);
+}
+
+TEST(Cli, OverLongRequestsAreRefused) {
+  expect_clean_error(pagoda("run -m " + stories("stories260K.gguf") + " -c 64 -n 100"), "context of 64 tokens");
+  expect_clean_error(pagoda("run -m " + stories("stories260K.gguf") + " --kv-cache-mem 64K -n 200"), "KV cache holds");
+  expect_clean_error(pagoda("run -m " + stories("stories260K.gguf") + " --kv-cache-mem lots"), "byte size");
+}
+
+}  // namespace
+}  // namespace pagoda
