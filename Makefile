@@ -22,9 +22,12 @@ build: configure
 run: build
 	$(BUILD_DIR)/bin/pagoda run -p "Once upon a time" -n 64
 
+# Include-direction check, the parser tests under AddressSanitizer, then every test (ctest last,
+# so its summary closes the log).
 test: build
+	@bash scripts/check_includes.sh
+	@JOBS=$(JOBS) bash scripts/asan_parser_tests.sh
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
-	@bash scripts/asan_parser_tests.sh
 
 clean:
 	rm -rf $(BUILD_DIR) build-asan
