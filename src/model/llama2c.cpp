@@ -1,5 +1,7 @@
 #include "model/llama2c.h"
 
+#include <fstream>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include "model/gguf_vocab.h"
+
 namespace pagoda::model {
 
 namespace {
@@ -16,9 +20,11 @@ namespace {
 constexpr uint64_t kHeaderBytes = 7 * 4;
 constexpr uint32_t kVersionedMagic = 0x616b3432;    // "ak42": llama2.c export versions 1 and 2
 constexpr uint64_t kMaxTokenizerBytes = 64u << 20;  // far above any real tokenizer.bin
-constexpr int32_t kUnkId = 0, kBosId = 1, kEosId = 2;
-// llama.cpp token types.
-constexpr int32_t kTypeNormal = 1, kTypeUnknown = 2, kTypeControl = 3, kTypeByte = 6;
+// "<0xNN>": a byte-fallback token.
+bool is_byte_token(const std::string& s) {
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f'); };
+  return s.size() == 6 && s.compare(0, 3, "<0x") == 0 && hex(s[3]) && hex(s[4]) && s[5] == '>';
+}
 
 // An open file descriptor with its size, closed on scope exit.
 class InputFile {
@@ -143,107 +149,12 @@ Result<Llama2cHeader> read_header(const InputFile& file, const std::string& path
   return parse_header(path, raw);
 }
 
-struct ImportedVocab {
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
-};
-
-bool is_byte_token(const std::string& s) {
-  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f'); };
-  return s.size() == 6 && s.compare(0, 3, "<0x") == 0 && hex(s[3]) && hex(s[4]) && s[5] == '>';
-}
-
-// The converter's vocab import: fixed texts and types for unk/bos/eos, byte tokens typed,
-// spaces written as U+2581.
-void add_token(ImportedVocab& vocab, int32_t id, std::string text, float score) {
-  int32_t type = kTypeNormal;
-  if (id == kUnkId) {
-    text = "<unk>";
-    type = kTypeUnknown;
-  } else if (id == kBosId) {
-    text = "<s>";
-    type = kTypeControl;
-  } else if (id == kEosId) {
-    text = "</s>";
-    type = kTypeControl;
-  } else if (text.empty()) {
-    type = kTypeControl;
-  } else if (is_byte_token(text)) {
-    type = kTypeByte;
-  }
-  std::string escaped;
-  escaped.reserve(text.size());
-  for (char c : text) {
-    if (c == ' ') escaped += "\xe2\x96\x81";
-    else escaped += c;
-  }
-  vocab.tokens.push_back(std::move(escaped));
-  vocab.scores.push_back(score);
-  vocab.types.push_back(type);
-}
-
-Result<ImportedVocab> read_tokenizer(const std::string& path, int32_t vocab_size) {
-  InputFile file;
-  PAGODA_RETURN_IF_ERROR(file.open(path));
-  if (file.size() > kMaxTokenizerBytes) {
-    return Status::error(path + ": " + std::to_string(file.size()) + " bytes is too large for a llama2.c tokenizer.bin");
-  }
-  std::vector<uint8_t> bytes(file.size());
-  PAGODA_RETURN_IF_ERROR(file.pread_all(bytes.data(), bytes.size(), 0));
-  uint64_t pos = 0;
-  auto read_u32 = [&](uint32_t* out) {
-    if (bytes.size() - pos < 4) return false;
-    std::memcpy(out, bytes.data() + pos, 4);
-    pos += 4;
-    return true;
-  };
-  auto truncated = [&](const std::string& what) {
-    return Status::error(path + ": truncated: " + what + " at byte " + std::to_string(pos) + " runs past the end of the file (" +
-                         std::to_string(bytes.size()) + " bytes; the model's vocab_size is " + std::to_string(vocab_size) + ")");
-  };
-  uint32_t max_token_length;
-  if (!read_u32(&max_token_length)) return truncated("the max_token_length header");
-  ImportedVocab vocab;
-  const size_t reserve = std::min<uint64_t>(vocab_size, bytes.size() / 8);
-  vocab.tokens.reserve(reserve);
-  vocab.scores.reserve(reserve);
-  vocab.types.reserve(reserve);
-  for (int32_t id = 0; id < vocab_size; ++id) {
-    const std::string what = "token " + std::to_string(id);
-    uint32_t score_bits, len;
-    if (!read_u32(&score_bits) || !read_u32(&len)) return truncated("the score and length of " + what);
-    if (len > max_token_length) {
-      return Status::error(path + ": " + what + " has length " + std::to_string(len) + " at byte " +
-                           std::to_string(pos - 4) + ", more than max_token_length " + std::to_string(max_token_length));
-    }
-    if (bytes.size() - pos < len) return truncated("the " + std::to_string(len) + " bytes of " + what);
-    float score;
-    std::memcpy(&score, &score_bits, 4);
-    add_token(vocab, id, std::string(reinterpret_cast<const char*>(bytes.data() + pos), len), score);
-    pos += len;
-  }
-  if (pos != bytes.size()) {
-    return Status::error(path + ": " + std::to_string(bytes.size() - pos) + " bytes follow token " +
-                         std::to_string(vocab_size - 1) + ": the tokenizer has more tokens than the model's vocab_size " +
-                         std::to_string(vocab_size));
-  }
-  return vocab;
-}
-
-void set_metadata(GgufFile& f, const Llama2cHeader& h, const std::string& model_path, ImportedVocab vocab) {
+void set_metadata(GgufFile& f, const Llama2cHeader& h, const std::string& model_path, const Vocab& vocab) {
   std::string name = model_path.substr(model_path.find_last_of('/') + 1);
   if (auto dot = name.find_last_of('.'); dot != std::string::npos && dot > 0) name.resize(dot);
   auto u32 = [](int64_t v) { return GgufValue::of_u32(static_cast<uint32_t>(v)); };
-  f.set("tokenizer.ggml.tokens", GgufValue::string_array(std::move(vocab.tokens)));
-  f.set("tokenizer.ggml.scores", GgufValue::f32_array(vocab.scores));
-  f.set("tokenizer.ggml.token_type", GgufValue::i32_array(vocab.types));
-  f.set("tokenizer.ggml.model", GgufValue::of_string("llama"));
   f.set("general.architecture", GgufValue::of_string("llama"));
   f.set("general.name", GgufValue::of_string(name));
-  f.set("tokenizer.ggml.unknown_token_id", u32(kUnkId));
-  f.set("tokenizer.ggml.bos_token_id", u32(kBosId));
-  f.set("tokenizer.ggml.eos_token_id", u32(kEosId));
   f.set("llama.context_length", u32(h.seq_len));
   f.set("llama.embedding_length", u32(h.dim));
   f.set("llama.feed_forward_length", u32(h.hidden_dim));
@@ -252,6 +163,7 @@ void set_metadata(GgufFile& f, const Llama2cHeader& h, const std::string& model_
   f.set("llama.block_count", u32(h.n_layers));
   f.set("llama.rope.dimension_count", u32(h.head_dim()));
   f.set("llama.attention.layer_norm_rms_epsilon", GgufValue::of_f32(1e-5f));
+  vocab_to_gguf(vocab, f);
 }
 
 // One GGUF tensor and where its floats start in the checkpoint.
@@ -316,10 +228,10 @@ Result<GgufFile> import_llama2c(const std::string& model_path, const std::string
   PAGODA_RETURN_IF_ERROR(file.open(model_path));
   PAGODA_ASSIGN_OR_RETURN(Llama2cHeader h, read_header(file, model_path));
   PAGODA_ASSIGN_OR_RETURN(Layout layout, check_layout(model_path, h, file.size()));
-  PAGODA_ASSIGN_OR_RETURN(ImportedVocab vocab, read_tokenizer(tokenizer_path, h.vocab_size));
+  PAGODA_ASSIGN_OR_RETURN(Vocab vocab, read_llama2c_vocab(tokenizer_path, h.vocab_size));
 
   GgufFile out;
-  set_metadata(out, h, model_path, std::move(vocab));
+  set_metadata(out, h, model_path, vocab);
   for (TensorSource& src : tensor_sources(h, layout)) {
     const std::string name = src.name;
     auto dst = out.add_tensor_uninitialized(std::move(src.name), std::move(src.dims), kGgmlTypeF32);
@@ -328,6 +240,94 @@ Result<GgufFile> import_llama2c(const std::string& model_path, const std::string
     PAGODA_RETURN_IF_ERROR(file.pread_all(dst.value(), t.bytes, kHeaderBytes + 4 * src.float_offset));
   }
   return out;
+}
+
+Result<Vocab> read_llama2c_vocab(const std::string& path, int32_t vocab_size) {
+  if (vocab_size <= 0) {
+    return Status::error(path + ": vocab_size must be positive, got " + std::to_string(vocab_size));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::error(path + ": cannot open tokenizer file");
+  in.seekg(0, std::ios::end);
+  const std::streamoff end = in.tellg();
+  if (!in || end < 0) return Status::error(path + ": cannot read tokenizer file size");
+  const auto file_size = static_cast<uint64_t>(end);
+  if (file_size > kMaxTokenizerBytes) {
+    return Status::error(path + ": " + std::to_string(file_size) + " bytes is too large for a llama2.c tokenizer.bin");
+  }
+  in.seekg(0, std::ios::beg);
+  uint64_t offset = 0;
+  // Reads `size` bytes; false (and nothing read) when the file has fewer left.
+  auto read_bytes = [&](void* dst, uint64_t size) {
+    if (size > file_size - offset) return false;
+    in.read(static_cast<char*>(dst), static_cast<std::streamsize>(size));
+    offset += size;
+    return static_cast<bool>(in);
+  };
+  auto truncated = [&](const std::string& what) {
+    return Status::error(path + ": truncated: " + what + " at byte " + std::to_string(offset) +
+                         " runs past the end of the file (" + std::to_string(file_size) +
+                         " bytes); is this a llama2.c tokenizer.bin for a vocab of " +
+                         std::to_string(vocab_size) + "?");
+  };
+  uint32_t max_token_length = 0;
+  if (!read_bytes(&max_token_length, 4)) return truncated("the max_token_length header");
+
+  Vocab vocab;
+  const auto expected = static_cast<size_t>(vocab_size);
+  const size_t reserve = std::min<uint64_t>(expected, file_size / 8 + 1);
+  vocab.tokens.reserve(reserve);
+  vocab.scores.reserve(reserve);
+  vocab.types.reserve(reserve);
+  for (size_t id = 0; id < expected; ++id) {
+    const std::string what = "token " + std::to_string(id) + " of " + std::to_string(expected);
+    float score = 0;
+    uint32_t len = 0;
+    if (!read_bytes(&score, 4) || !read_bytes(&len, 4)) return truncated("the header of " + what);
+    if (len > max_token_length) {
+      return Status::error(path + ": " + what + " has length " + std::to_string(len) +
+                           ", more than the file's max_token_length " +
+                           std::to_string(max_token_length));
+    }
+    if (len > file_size - offset) return truncated("the text of " + what);  // before allocating
+    std::string text(len, '\0');
+    if (!read_bytes(text.data(), len)) return truncated("the text of " + what);
+    TokenType type = TokenType::kNormal;
+    if (id == 0) {
+      type = TokenType::kUnknown;
+      text = "<unk>";  // as llama.cpp's converter names it
+    } else if (id == 1 || id == 2) {
+      type = TokenType::kControl;
+      if (text == "\n<s>\n") text = "<s>";
+      if (text == "\n</s>\n") text = "</s>";
+    } else if (text.empty()) {
+      type = TokenType::kControl;  // as llama.cpp's converter types an empty piece
+    } else if (is_byte_token(text)) {
+      type = TokenType::kByte;
+    }
+    std::string escaped;
+    for (char c : text) {
+      if (c == ' ') {
+        escaped.append("\xE2\x96\x81");  // U+2581, SentencePiece's space
+      } else {
+        escaped.push_back(c);
+      }
+    }
+    vocab.tokens.push_back(std::move(escaped));
+    vocab.scores.push_back(score);
+    vocab.types.push_back(type);
+  }
+  if (offset != file_size) {
+    return Status::error(path + ": " + std::to_string(file_size - offset) + " bytes left after " +
+                         std::to_string(expected) +
+                         " tokens; the model's vocab_size does not match this tokenizer");
+  }
+  vocab.unk_id = 0;
+  vocab.bos_id = vocab_size > 1 ? 1 : -1;
+  vocab.eos_id = vocab_size > 2 ? 2 : -1;
+  vocab.add_bos = vocab.bos_id >= 0;
+  PAGODA_RETURN_IF_ERROR(validate_vocab(vocab).with_context(path));
+  return vocab;
 }
 
 }  // namespace pagoda::model

@@ -22,6 +22,7 @@
 
 #include "core/status.h"
 #include "model/gguf.h"
+#include "model/tokenizer.h"
 
 namespace pagoda::model {
 
@@ -41,6 +42,12 @@ struct Llama2cHeader {
 
 // Reads and validates the header (positive, plausible, dim % n_heads == 0,
 // n_heads % n_kv_heads == 0, even head_dim) and checks the file size against it.
+// Reads a llama2.c tokenizer.bin: u32 max_token_length, then per token f32 score, u32 len,
+// len bytes. Spaces become "▁"; ids 1/2 ("\n<s>\n"/"\n</s>\n") become "<s>"/"</s>" (CONTROL);
+// id 0 is UNKNOWN, "<0xNN>" tokens BYTE, the rest NORMAL; bos 1, eos 2, unk 0. The file must
+// hold exactly vocab_size tokens.
+Result<Vocab> read_llama2c_vocab(const std::string& path, int32_t vocab_size);
+
 Result<Llama2cHeader> read_llama2c_header(const std::string& model_path);
 
 // Builds the GGUF equivalent of a llama2.c checkpoint and its tokenizer.bin.

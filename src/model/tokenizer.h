@@ -55,11 +55,6 @@ struct Vocab {
 // spelled "<0xNN>"; every byte value has a byte token (or single-byte token), or unk_id >= 0.
 Status validate_vocab(const Vocab& vocab);
 
-// Reads a llama2.c tokenizer.bin: u32 max_token_length, then per token f32 score, u32 len,
-// len bytes. Spaces become "▁"; ids 1/2 ("\n<s>\n"/"\n</s>\n") become "<s>"/"</s>" (CONTROL);
-// id 0 is UNKNOWN, "<0xNN>" tokens BYTE, the rest NORMAL; bos 1, eos 2, unk 0. The file must
-// hold exactly vocab_size tokens.
-Result<Vocab> read_llama2c_vocab(const std::string& path, int32_t vocab_size);
 
 class Tokenizer {
  public:

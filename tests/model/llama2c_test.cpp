@@ -137,7 +137,9 @@ TEST(Llama2cImport, Stories260KMatchesReferenceGguf) {
   }
   EXPECT_EQ(imported->get_int("llama.context_length"), 512);  // the trained seq_len
   EXPECT_EQ(imported->get_string("general.name"), "stories260K");
-  EXPECT_EQ(imported->metadata().size(), reference->metadata().size() - 2);
+  // Minus the converter's separator/padding ids, plus explicit add_bos/add_eos/add_space_prefix.
+  EXPECT_EQ(imported->metadata().size(), reference->metadata().size() - 2 + 3);
+  EXPECT_EQ(imported->get_bool("tokenizer.ggml.add_bos_token"), true);
 
   auto header = read_llama2c_header(stories("stories260K.bin"));
   ASSERT_TRUE(header.is_ok()) << header.status().message();
@@ -287,12 +289,12 @@ TEST(Llama2cCorrupt, TokenizerTruncatedAnywhereOrTooLong) {
   }
   std::vector<uint8_t> longer = tok;
   longer.push_back(0);
-  expect_import_error(Synthetic(), longer, "more tokens than the model's vocab_size 6");
-  expect_import_error(Synthetic(), tokenizer_bytes(kTokens, 5), "token 2 has length 6");
+  expect_import_error(Synthetic(), longer, "the model's vocab_size does not match this tokenizer");
+  expect_import_error(Synthetic(), tokenizer_bytes(kTokens, 5), "token 2 of 6 has length 6");
   std::vector<uint8_t> huge = tok;
   const uint32_t big = 0xfffffff0u;
   std::memcpy(huge.data() + 4 + 4, &big, 4);  // length of token 0
-  expect_import_error(Synthetic(), huge, "token 0 has length 4294967280");
+  expect_import_error(Synthetic(), huge, "token 0 of 6 has length 4294967280");
   std::vector<uint8_t> huge_max = huge;
   std::memcpy(huge_max.data(), &big, 4);  // max_token_length too: caught as truncation
   expect_import_error(Synthetic(), huge_max, "truncated");

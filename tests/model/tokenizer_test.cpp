@@ -1,3 +1,4 @@
+#include "model/llama2c.h"
 #include "model/tokenizer.h"
 
 #include <gtest/gtest.h>
