@@ -37,6 +37,12 @@ Status add_random_matrix(GgufFile& file, const std::string& name, int64_t n_out,
   return file.add_tensor(name, {n_in, n_out}, ggml_type_of(dtype), data.data(), data.size());
 }
 
+Status add_random_vector(GgufFile& file, const std::string& name, int64_t n, Rng& rng) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = rng.uniform(-0.5f, 0.5f);
+  return file.add_tensor(name, {n}, kGgmlF32, v.data(), v.size() * sizeof(float));
+}
+
 Status add_ones(GgufFile& file, const std::string& name, int64_t n) {
   std::vector<float> ones(n, 1.0f);
   return file.add_tensor(name, {n}, kGgmlF32, ones.data(), ones.size() * sizeof(float));
@@ -106,21 +112,23 @@ Result<GgufFile> make_random_model(const ModelShape& s, DType dtype, uint64_t se
   if (s.n_embd % block != 0 || s.n_ff % block != 0) {
     return Status::error("shape " + s.name + " does not fit " + std::string(dtype_name(dtype)) + " blocks");
   }
+  if (s.arch != "llama" && s.arch != "qwen2") return Status::error("unknown architecture " + s.arch);
   const int64_t head_dim = s.n_embd / s.n_head;
+  const std::string a = s.arch + ".";
   GgufFile f;
-  f.set("general.architecture", GgufValue::of_string("llama"));
+  f.set("general.architecture", GgufValue::of_string(s.arch));
   f.set("general.name", GgufValue::of_string("pagoda-random-" + s.name + "-" + std::string(dtype_name(dtype))));
   f.set("general.file_type", GgufValue::of_u32(dtype == DType::kF32 ? 0 : dtype == DType::kF16 ? 1 : dtype == DType::kQ4_0 ? 2 : dtype == DType::kQ8_0 ? 7 : 32));
-  f.set("llama.context_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ctx)));
-  f.set("llama.embedding_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_embd)));
-  f.set("llama.block_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_layer)));
-  f.set("llama.feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ff)));
-  f.set("llama.attention.head_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_head)));
-  f.set("llama.attention.head_count_kv", GgufValue::of_u32(static_cast<uint32_t>(s.n_kv_head)));
-  f.set("llama.rope.dimension_count", GgufValue::of_u32(static_cast<uint32_t>(head_dim)));
-  f.set("llama.rope.freq_base", GgufValue::of_f32(10000.0f));
-  f.set("llama.attention.layer_norm_rms_epsilon", GgufValue::of_f32(1e-5f));
-  f.set("llama.vocab_size", GgufValue::of_u32(static_cast<uint32_t>(s.n_vocab)));
+  f.set(a + "context_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ctx)));
+  f.set(a + "embedding_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_embd)));
+  f.set(a + "block_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_layer)));
+  f.set(a + "feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ff)));
+  f.set(a + "attention.head_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_head)));
+  f.set(a + "attention.head_count_kv", GgufValue::of_u32(static_cast<uint32_t>(s.n_kv_head)));
+  f.set(a + "rope.dimension_count", GgufValue::of_u32(static_cast<uint32_t>(head_dim)));
+  f.set(a + "rope.freq_base", GgufValue::of_f32(10000.0f));
+  f.set(a + "attention.layer_norm_rms_epsilon", GgufValue::of_f32(1e-5f));
+  f.set(a + "vocab_size", GgufValue::of_u32(static_cast<uint32_t>(s.n_vocab)));
   vocab_to_gguf(make_synthetic_vocab(s.n_vocab), f);
 
   Rng rng(seed);
@@ -133,6 +141,11 @@ Result<GgufFile> make_random_model(const ModelShape& s, DType dtype, uint64_t se
     PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "attn_k.weight", kv_dim, s.n_embd, dtype, rng));
     PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "attn_v.weight", kv_dim, s.n_embd, dtype, rng));
     PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "attn_output.weight", s.n_embd, q_dim, dtype, rng));
+    if (s.arch == "qwen2") {
+      PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_q.bias", q_dim, rng));
+      PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_k.bias", kv_dim, rng));
+      PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_v.bias", kv_dim, rng));
+    }
     PAGODA_RETURN_IF_ERROR(add_ones(f, p + "ffn_norm.weight", s.n_embd));
     PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "ffn_gate.weight", s.n_ff, s.n_embd, dtype, rng));
     PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "ffn_up.weight", s.n_ff, s.n_embd, dtype, rng));

@@ -20,6 +20,7 @@ namespace pagoda::model {
 struct ModelShape {
   std::string name;
   int64_t n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx;
+  std::string arch = "llama";  // or "qwen2" (q/k/v biases, NeoX RoPE)
 };
 
 // Known shapes: "default" (built in), "tiny" (tests), "llama-110m", "tinyllama-1.1b".

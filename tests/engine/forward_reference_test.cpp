@@ -49,12 +49,13 @@ std::vector<double> rmsnorm(const std::vector<double>& x, const Matrix& w, doubl
   return y;
 }
 
-void rope(std::vector<double>& v, int64_t n_heads, int64_t hd, int64_t pos, double base) {
+// neox: rotate (i, i + hd/2) (qwen2); else adjacent pairs (2i, 2i+1) (llama).
+void rope(std::vector<double>& v, int64_t n_heads, int64_t hd, int64_t pos, double base, bool neox) {
   for (int64_t h = 0; h < n_heads; ++h) {
     for (int64_t i = 0; i < hd / 2; ++i) {
       const double angle = pos * std::pow(base, -2.0 * i / hd);
-      double& a = v[h * hd + 2 * i];
-      double& b = v[h * hd + 2 * i + 1];
+      double& a = v[h * hd + (neox ? i : 2 * i)];
+      double& b = v[h * hd + (neox ? i + hd / 2 : 2 * i + 1)];
       const double x0 = a, x1 = b;
       a = x0 * std::cos(angle) - x1 * std::sin(angle);
       b = x0 * std::sin(angle) + x1 * std::cos(angle);
@@ -62,7 +63,7 @@ void rope(std::vector<double>& v, int64_t n_heads, int64_t hd, int64_t pos, doub
   }
 }
 
-// Logits [n_tokens, n_vocab] of a llama model (adjacent-pair RoPE), all in double.
+// Logits [n_tokens, n_vocab] of a llama or qwen2 model, all in double.
 std::vector<double> reference_logits(const model::GgufFile& f, const model::ModelShape& s,
                                      const std::vector<int32_t>& tokens) {
   const int64_t hd = s.n_embd / s.n_head, kv_dim = s.n_kv_head * hd, group = s.n_head / s.n_kv_head;
@@ -71,7 +72,9 @@ std::vector<double> reference_logits(const model::GgufFile& f, const model::Mode
   const Matrix out = load_matrix(f, "output.weight");
   struct Layer {
     Matrix an, fn, wq, wk, wv, wo, wg, wu, wd;
+    Matrix bq, bk, bv;  // qwen2 only
   };
+  const bool qwen2 = s.arch == "qwen2";
   std::vector<Layer> layers;
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -80,6 +83,11 @@ std::vector<double> reference_logits(const model::GgufFile& f, const model::Mode
                       load_matrix(f, p + "attn_v.weight"), load_matrix(f, p + "attn_output.weight"),
                       load_matrix(f, p + "ffn_gate.weight"), load_matrix(f, p + "ffn_up.weight"),
                       load_matrix(f, p + "ffn_down.weight")});
+    if (qwen2) {
+      layers.back().bq = load_matrix(f, p + "attn_q.bias");
+      layers.back().bk = load_matrix(f, p + "attn_k.bias");
+      layers.back().bv = load_matrix(f, p + "attn_v.bias");
+    }
   }
   std::vector<std::vector<std::vector<double>>> k_cache(s.n_layer), v_cache(s.n_layer);  // [layer][pos][kv_dim]
   std::vector<double> logits;
@@ -91,8 +99,12 @@ std::vector<double> reference_logits(const model::GgufFile& f, const model::Mode
       auto q = matvec(L.wq, h, s.n_embd);
       auto k = matvec(L.wk, h, kv_dim);
       auto v = matvec(L.wv, h, kv_dim);
-      rope(q, s.n_head, hd, pos, 10000.0);
-      rope(k, s.n_kv_head, hd, pos, 10000.0);
+      if (qwen2) {
+        for (int64_t i = 0; i < s.n_embd; ++i) q[i] += L.bq[i];
+        for (int64_t i = 0; i < kv_dim; ++i) k[i] += L.bk[i], v[i] += L.bv[i];
+      }
+      rope(q, s.n_head, hd, pos, 10000.0, qwen2);
+      rope(k, s.n_kv_head, hd, pos, 10000.0, qwen2);
       k_cache[l].push_back(k);
       v_cache[l].push_back(v);
       std::vector<double> att(s.n_embd, 0.0);
@@ -155,6 +167,8 @@ TEST(ForwardReference, EngineMatchesFloat64ForwardOnManyShapesAndTypes) {
       {"GQA hd64 q8_0", {"t", 128, 2, 2, 1, 96, 300, 64}, DType::kQ8_0},
       {"MHA hd8 q4_0", {"t", 64, 2, 8, 8, 128, 300, 64}, DType::kQ4_0},
       {"MQA hd128 q4_0", {"t", 256, 1, 2, 1, 64, 264, 64}, DType::kQ4_0},
+      {"qwen2 GQA hd16 f32", {"t", 64, 2, 4, 2, 96, 300, 64, "qwen2"}, DType::kF32},
+      {"qwen2 GQA hd32 q8_0", {"t", 128, 2, 4, 2, 96, 300, 64, "qwen2"}, DType::kQ8_0},
   };
   ManualClock clock;
   Logger logger(LogLevel::kSilent);
