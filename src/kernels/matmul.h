@@ -6,11 +6,14 @@
 //   y: [n_tokens, n_out] f32, row stride n_out
 //
 // Paths (chosen by `Matmul`):
-//   - decode (n_tokens small): SIMD dot products per weight row, rows split over the pool.
-//     For Q8_0/Q4_0 weights x is first quantized to Q8_0 and dotted in integers (as ggml does).
+//   - decode (n_tokens < kBlasMinTokens): SIMD dot products, output rows split over the pool.
+//     Each weight block is read once for all tokens of the call (so 2..7 tokens cost little
+//     more memory traffic than 1). For Q8_0/Q4_0 weights x is first quantized to Q8_0 and
+//     dotted in integers (as ggml does). Memory-bandwidth bound on one token.
 //   - prefill (n_tokens >= kBlasMinTokens): each thread dequantizes a chunk of weight rows to
 //     f32 and calls single-threaded OpenBLAS sgemm on it (F32 weights go to sgemm directly).
-// Every path is compared against `matmul_reference` in tests/kernels.
+// Decode is compared against `matmul_decode_reference` (to float rounding), prefill against
+// `matmul_reference`, on every ISA, in tests/kernels/matmul_test.cpp.
 #pragma once
 
 #include <cstddef>
@@ -46,20 +49,36 @@ const char* isa_name(Isa isa);
 
 // Owns the scratch the fast paths need, sized once for the largest matrix and batch, so the
 // step loop never allocates. Not thread-safe: one Matmul per model runner.
+// The constructor calls openblas_set_num_threads(1) (process-wide): parallelism comes from
+// the pool, each thread running its own single-threaded sgemm.
 class Matmul {
  public:
   // max_tokens: the most tokens in one call; max_in / max_out: the largest weight matrix.
+  // `isa` must be one this CPU runs (isa <= detect_isa(), CHECKed).
   Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max_out, Isa isa = detect_isa());
+  // Preconditions: 1 <= n_tokens <= max_tokens, w.n_in <= max_in, w.n_out <= max_out;
+  // x and y do not overlap.
   void run(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   Isa isa() const { return isa_; }
-  static constexpr int64_t kBlasMinTokens = 8;
+  static constexpr int64_t kBlasMinTokens = 8;  // fewer tokens: decode path
+  // Weight rows dequantized per sgemm call: 128 x max_in f32 per thread (64..256 measured
+  // alike on Zen 4 at 512 tokens).
+  static constexpr int64_t kBlasRowChunk = 128;
+  static constexpr int64_t kDecodeRowGrain = 16;  // rows per thread unit (64-byte y lines)
 
  private:
+  void run_decode(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+  void run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+
   ThreadPool& pool_;
   Isa isa_;
   int64_t max_tokens_, max_in_, max_out_;
-  std::vector<uint8_t> x_quant_;                // [max_tokens, max_in / 32] BlockQ8_0
-  std::vector<std::vector<float>> w_scratch_;   // per thread: [kBlasRowChunk, max_in] f32
+  // x quantized to Q8_0 for the integer decode kernels (layout: kernels/matmul_isa.h).
+  std::vector<int8_t> x_qs_;                   // [min(max_tokens, kBlasMinTokens - 1), max_in] quants
+  std::vector<float> x_d_;                     // [max_in / 32, kBlasMinTokens] block scales
+  std::vector<float> x_ds_;                    // [max_in / 32, kBlasMinTokens] scale * sum(quants)
+  std::vector<uint8_t> x_extra_;               // ISA-specific, kernels' extra_bytes() (+ 64 to align)
+  std::vector<std::vector<float>> w_scratch_;  // per thread: [kBlasRowChunk, max_in] f32
 };
 
 }  // namespace pagoda::kernels

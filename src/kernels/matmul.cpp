@@ -1,0 +1,290 @@
+// Matmul: references, ISA detection, the scalar kernel table and the decode/prefill drivers.
+#include "kernels/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "kernels/matmul_isa.h"
+#include "kernels/quant.h"
+
+namespace pagoda::kernels {
+
+namespace {
+
+// Integer dot of one Q8_0 block of x with a weight block; the weight quant of value j is
+// given by `wq(j)`.
+template <typename WeightQuant>
+int32_t block_dot(const int8_t* xq, WeightQuant wq) {
+  int32_t sum = 0;
+  for (int j = 0; j < kQK; ++j) sum += wq(j) * static_cast<int32_t>(xq[j]);
+  return sum;
+}
+
+// The decode arithmetic for one weight row and one token of Q8_0 x (split as DecodeX):
+//   sum over blocks of (float)(integer block dot) * (d_w * d_x), accumulated in float.
+float dot_row_quantized(DType dtype, const uint8_t* w_row, const int8_t* xq, const float* xd,
+                        int64_t x_lane_stride, int64_t n_in) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n_in / kQK; ++b) {
+    int32_t sumi = 0;
+    float dw = 0.0f;
+    if (dtype == DType::kQ8_0) {
+      const auto& blk = reinterpret_cast<const BlockQ8_0*>(w_row)[b];
+      sumi = block_dot(xq + b * kQK, [&](int j) { return static_cast<int32_t>(blk.qs[j]); });
+      dw = fp16_to_fp32(blk.d);
+    } else {
+      const auto& blk = reinterpret_cast<const BlockQ4_0*>(w_row)[b];
+      sumi = block_dot(xq + b * kQK, [&](int j) {
+        const uint8_t byte = blk.qs[j % (kQK / 2)];
+        return static_cast<int32_t>(j < kQK / 2 ? (byte & 15) : (byte >> 4)) - 8;
+      });
+      dw = fp16_to_fp32(blk.d);
+    }
+    sum += static_cast<float>(sumi) * (dw * xd[b * x_lane_stride]);
+  }
+  return sum;
+}
+
+float dot_row_float(DType dtype, const uint8_t* w_row, const float* x, int64_t n_in) {
+  float sum = 0.0f;
+  const auto* h = reinterpret_cast<const uint16_t*>(w_row);
+  const auto* f = reinterpret_cast<const float*>(w_row);
+  for (int64_t i = 0; i < n_in; ++i) {
+    const float wv = dtype == DType::kF32 ? f[i] : dtype == DType::kF16 ? fp16_to_fp32(h[i]) : bf16_to_fp32(h[i]);
+    sum += wv * x[i];
+  }
+  return sum;
+}
+
+bool is_quantized(DType dtype) { return dtype == DType::kQ8_0 || dtype == DType::kQ4_0; }
+
+// ---- the scalar kernel table ----
+
+void quantize_x_scalar(const float* x, int64_t n, int8_t* qs, float* d, float* ds, int64_t lane_stride) {
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    BlockQ8_0 blk;
+    quantize_row(DType::kQ8_0, x + b * kQK, &blk, kQK);
+    int32_t sum = 0;
+    for (int j = 0; j < kQK; ++j) {
+      qs[b * kQK + j] = blk.qs[j];
+      sum += blk.qs[j];
+    }
+    d[b * lane_stride] = fp16_to_fp32(blk.d);
+    ds[b * lane_stride] = d[b * lane_stride] * static_cast<float>(sum);
+  }
+}
+
+void decode_rows_scalar(const WeightView& w, const detail::DecodeX& x, int64_t o_begin, int64_t o_end,
+                        float* y, int64_t ldy) {
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    for (int64_t t = 0; t < x.n_tokens; ++t) {
+      y[t * ldy + o] = is_quantized(w.dtype)
+                           ? dot_row_quantized(w.dtype, w.row(o), x.qs + t * x.n_in, x.d + t,
+                                               detail::kDecodeLanes, w.n_in)
+                           : dot_row_float(w.dtype, w.row(o), x.f32 + t * x.n_in, w.n_in);
+    }
+  }
+}
+
+size_t no_extra_bytes(int64_t, int64_t) { return 0; }
+
+void dequantize_rows_scalar(const WeightView& w, int64_t o_begin, int64_t n_rows, float* dst) {
+  for (int64_t r = 0; r < n_rows; ++r) dequantize_row(w.dtype, w.row(o_begin + r), dst + r * w.n_in, w.n_in);
+}
+
+}  // namespace
+
+namespace detail {
+
+const MatmulKernels& matmul_kernels_scalar() {
+  static constexpr MatmulKernels kTable = {quantize_x_scalar, no_extra_bytes, nullptr, decode_rows_scalar,
+                                           dequantize_rows_scalar};
+  return kTable;
+}
+
+const MatmulKernels& matmul_kernels(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return matmul_kernels_scalar();
+    case Isa::kAvx2:
+      return matmul_kernels_avx2();
+    case Isa::kAvx512:
+      return matmul_kernels_avx512();
+  }
+  CHECK(false) << "unknown isa " << static_cast<int>(isa);
+  return matmul_kernels_scalar();
+}
+
+}  // namespace detail
+
+// ---- references ----
+
+void matmul_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  std::vector<float> row(static_cast<size_t>(w.n_in));
+  for (int64_t o = 0; o < w.n_out; ++o) {
+    dequantize_row(w.dtype, w.row(o), row.data(), w.n_in);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < w.n_in; ++i) sum += static_cast<double>(row[i]) * x[t * w.n_in + i];
+      y[t * w.n_out + o] = static_cast<float>(sum);
+    }
+  }
+}
+
+void matmul_decode_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  const int64_t nb = w.n_in / kQK;
+  std::vector<float> row(static_cast<size_t>(w.n_in));
+  std::vector<BlockQ8_0> xq(static_cast<size_t>(is_quantized(w.dtype) ? nb : 0));
+  std::vector<int8_t> xqs(xq.size() * kQK);
+  std::vector<float> xd(xq.size());
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x + t * w.n_in;
+    if (is_quantized(w.dtype)) {
+      quantize_row(DType::kQ8_0, xt, xq.data(), w.n_in);
+      for (int64_t b = 0; b < nb; ++b) {
+        std::copy(xq[b].qs, xq[b].qs + kQK, xqs.begin() + b * kQK);
+        xd[b] = fp16_to_fp32(xq[b].d);
+      }
+    }
+    for (int64_t o = 0; o < w.n_out; ++o) {
+      if (is_quantized(w.dtype)) {
+        y[t * w.n_out + o] = dot_row_quantized(w.dtype, w.row(o), xqs.data(), xd.data(), 1, w.n_in);
+      } else {
+        dequantize_row(w.dtype, w.row(o), row.data(), w.n_in);
+        float sum = 0.0f;
+        for (int64_t i = 0; i < w.n_in; ++i) sum += row[i] * xt[i];
+        y[t * w.n_out + o] = sum;
+      }
+    }
+  }
+}
+
+// ---- ISA ----
+
+Isa detect_isa() {
+  __builtin_cpu_init();
+  // Exactly the -m flags each kernel file is compiled with (src/kernels/CMakeLists.txt).
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vnni");
+  if (avx512) return Isa::kAvx512;
+  if (avx2) return Isa::kAvx2;
+  return Isa::kScalar;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+// ---- Matmul ----
+
+Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max_out, Isa isa)
+    : pool_(pool), isa_(isa), max_tokens_(max_tokens), max_in_(max_in), max_out_(max_out) {
+  CHECK_GE(max_tokens, 1);
+  CHECK_GE(max_in, 1);
+  CHECK_GE(max_out, 1);
+  CHECK_LE(static_cast<int>(isa), static_cast<int>(detect_isa())) << "ISA " << isa_name(isa) << " not supported here";
+  const int64_t decode_tokens = std::min(max_tokens, kBlasMinTokens - 1);
+  const int64_t max_blocks = (max_in + kQK - 1) / kQK;
+  x_qs_.resize(static_cast<size_t>(decode_tokens * max_blocks * kQK));
+  x_d_.resize(static_cast<size_t>(max_blocks * detail::kDecodeLanes));
+  x_ds_.resize(x_d_.size());
+  x_extra_.resize(detail::matmul_kernels(isa).extra_bytes(decode_tokens, max_blocks * kQK) + 64);
+  if (max_tokens >= kBlasMinTokens) {
+    w_scratch_.resize(static_cast<size_t>(pool.num_threads()));
+    for (auto& scratch : w_scratch_) scratch.resize(static_cast<size_t>(kBlasRowChunk * max_in));
+    openblas_set_num_threads(1);
+  }
+}
+
+void Matmul::run(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  CHECK(n_tokens >= 1 && n_tokens <= max_tokens_) << n_tokens << " tokens, max " << max_tokens_;
+  CHECK(w.n_in <= max_in_ && w.n_out <= max_out_)
+      << "weight [" << w.n_out << ", " << w.n_in << "] over [" << max_out_ << ", " << max_in_ << "]";
+  CHECK_EQ(w.n_in % dtype_info(w.dtype).block_elems, 0);
+  if (n_tokens < kBlasMinTokens) {
+    run_decode(w, x, n_tokens, y);
+  } else {
+    run_prefill(w, x, n_tokens, y);
+  }
+}
+
+void Matmul::run_decode(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  const detail::MatmulKernels& kernels = detail::matmul_kernels(isa_);
+  detail::DecodeX dx;
+  dx.n_tokens = n_tokens;
+  dx.n_in = w.n_in;
+  if (is_quantized(w.dtype)) {
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      kernels.quantize_x(x + t * w.n_in, w.n_in, x_qs_.data() + t * w.n_in, x_d_.data() + t, x_ds_.data() + t,
+                         detail::kDecodeLanes);
+    }
+    dx.qs = x_qs_.data();
+    dx.d = x_d_.data();
+    dx.ds = x_ds_.data();
+    if (kernels.prepare_extra) {
+      void* extra = x_extra_.data() + (64 - reinterpret_cast<uintptr_t>(x_extra_.data()) % 64) % 64;
+      kernels.prepare_extra(w.dtype, dx, extra);
+      dx.extra = extra;
+    }
+  } else {
+    dx.f32 = x;
+  }
+  struct Job {
+    const detail::MatmulKernels* kernels;
+    const WeightView* w;
+    const detail::DecodeX* x;
+    float* y;
+  } job{&kernels, &w, &dx, y};
+  // Captures one pointer, so std::function stores it inline (no allocation per call).
+  pool_.parallel_for(
+      w.n_out,
+      [&job](int64_t begin, int64_t end, int) { job.kernels->decode_rows(*job.w, *job.x, begin, end, job.y, job.w->n_out); },
+      kDecodeRowGrain);
+}
+
+void Matmul::run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  struct Job {
+    Matmul* self;
+    const WeightView* w;
+    const float* x;
+    int64_t n_tokens;
+    float* y;
+  } job{this, &w, x, n_tokens, y};
+  pool_.parallel_for(
+      w.n_out,
+      [&job](int64_t begin, int64_t end, int thread) {
+        const WeightView& w = *job.w;
+        const int n_in = static_cast<int>(w.n_in);
+        const int ldc = static_cast<int>(w.n_out);
+        if (w.dtype == DType::kF32) {  // y[:, begin:end] = x W[begin:end]^T straight from the weights
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(job.n_tokens),
+                      static_cast<int>(end - begin), n_in, 1.0f, job.x, n_in,
+                      reinterpret_cast<const float*>(w.row(begin)), n_in, 0.0f, job.y + begin, ldc);
+          return;
+        }
+        const detail::MatmulKernels& kernels = detail::matmul_kernels(job.self->isa_);
+        float* scratch = job.self->w_scratch_[static_cast<size_t>(thread)].data();  // [kBlasRowChunk, n_in]
+        for (int64_t o0 = begin; o0 < end; o0 += kBlasRowChunk) {
+          const int64_t rows = std::min(kBlasRowChunk, end - o0);
+          kernels.dequantize_rows(w, o0, rows, scratch);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(job.n_tokens), static_cast<int>(rows),
+                      n_in, 1.0f, job.x, n_in, scratch, n_in, 0.0f, job.y + o0, ldc);
+        }
+      },
+      kBlasRowChunk);
+}
+
+}  // namespace pagoda::kernels

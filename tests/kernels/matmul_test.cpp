@@ -1,0 +1,211 @@
+#include "kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/quant.h"
+
+namespace pagoda::kernels {
+namespace {
+
+constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+constexpr int64_t kMaxTokens = 33;
+constexpr int64_t kMaxIn = 4096;
+constexpr int64_t kMaxOut = 300;
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> isas = {Isa::kScalar};
+  if (detect_isa() >= Isa::kAvx2) isas.push_back(Isa::kAvx2);
+  if (detect_isa() >= Isa::kAvx512) isas.push_back(Isa::kAvx512);
+  return isas;
+}
+
+// Random weights [n_out, n_in] stored in `dtype`, plus their dequantized values.
+struct Weights {
+  std::vector<uint8_t> data;
+  std::vector<float> values;  // [n_out, n_in]
+  WeightView view;
+};
+
+Weights random_weights(DType dtype, int64_t n_out, int64_t n_in, Rng& rng) {
+  Weights w;
+  w.data.resize(dtype_row_bytes(dtype, n_in) * n_out);
+  w.values.resize(static_cast<size_t>(n_out * n_in));
+  w.view = WeightView{w.data.data(), dtype, n_out, n_in};
+  std::vector<float> row(static_cast<size_t>(n_in));
+  for (int64_t o = 0; o < n_out; ++o) {
+    for (auto& v : row) v = 0.5f * rng.normal();
+    quantize_row(dtype, row.data(), w.data.data() + o * w.view.row_bytes(), n_in);
+    dequantize_row(dtype, w.data.data() + o * w.view.row_bytes(), w.values.data() + o * n_in, n_in);
+  }
+  return w;
+}
+
+std::vector<float> random_x(int64_t n_tokens, int64_t n_in, Rng& rng) {
+  std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
+  for (auto& v : x) v = rng.normal();
+  return x;
+}
+
+// scale[t, o] = sum_i |W[o, i] x[t, i]|: errors of a float dot are bounded relative to it.
+std::vector<double> abs_scale(const Weights& w, const std::vector<float>& x, int64_t n_tokens) {
+  const int64_t n_in = w.view.n_in, n_out = w.view.n_out;
+  std::vector<double> s(static_cast<size_t>(n_tokens * n_out));
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t o = 0; o < n_out; ++o) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < n_in; ++i) sum += std::fabs(static_cast<double>(w.values[o * n_in + i]) * x[t * n_in + i]);
+      s[t * n_out + o] = sum;
+    }
+  return s;
+}
+
+// Asserts |got - want| <= rel * scale elementwise; returns the worst ratio error / scale.
+double expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::vector<double>& scale,
+                    double rel, const std::string& what) {
+  double worst = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double ratio = std::fabs(static_cast<double>(got[i]) - want[i]) / scale[i];
+    worst = std::max(worst, std::isnan(ratio) ? 1e30 : ratio);
+    if (!(ratio <= rel)) {
+      ADD_FAILURE() << what << " index " << i << ": " << got[i] << " vs " << want[i] << " (scale " << scale[i] << ")";
+      return worst;
+    }
+  }
+  return worst;
+}
+
+// A weight matrix, a batch and the expected product.
+struct Case {
+  Weights w;
+  std::vector<float> x;       // [n_tokens, n_in]
+  int64_t n_tokens = 0;
+  std::vector<float> want;    // [n_tokens, n_out]
+  std::vector<double> scale;  // [n_tokens, n_out]
+};
+
+using ReferenceFn = void (*)(const WeightView&, const float*, int64_t, float*);
+
+std::vector<Case> make_cases(DType dtype, const std::vector<int64_t>& n_ins, const std::vector<int64_t>& n_tokens_list,
+                             ReferenceFn reference, Rng& rng) {
+  std::vector<Case> cases;
+  for (int64_t n_in : n_ins)
+    for (int64_t n_out : {1, 5, 17, 300}) {
+      for (int64_t n_tokens : n_tokens_list) {
+        Case c;
+        c.w = random_weights(dtype, n_out, n_in, rng);
+        c.x = random_x(n_tokens, n_in, rng);
+        c.n_tokens = n_tokens;
+        c.want.resize(static_cast<size_t>(n_tokens * n_out));
+        reference(c.w.view, c.x.data(), n_tokens, c.want.data());
+        c.scale = abs_scale(c.w, c.x, n_tokens);
+        cases.push_back(std::move(c));
+      }
+    }
+  return cases;
+}
+
+// Runs every case through one Matmul per (ISA, thread count), each reused across all cases
+// (so scratch left by a larger call is exercised), one pool alive at a time. The row split
+// over threads is ISA-independent, so only the best ISA runs with 2 and 3 threads (3: more
+// than a 2-core test machine has, and an uneven split); the others run on 1 thread.
+double run_cases(DType dtype, const std::vector<Case>& cases) {
+  double worst = 0.0;
+  for (Isa isa : supported_isas())
+    for (int threads : {1, 2, 3}) {
+      if (threads > 1 && isa != detect_isa()) continue;
+      ThreadPool pool(threads);
+      Matmul matmul(pool, kMaxTokens, kMaxIn, kMaxOut, isa);
+      for (const Case& c : cases) {
+        std::vector<float> y(c.want.size(), std::nanf(""));
+        matmul.run(c.w.view, c.x.data(), c.n_tokens, y.data());
+        std::ostringstream what;
+        what << dtype_name(dtype) << " " << isa_name(isa) << " threads " << threads << " tokens " << c.n_tokens
+             << " W [" << c.w.view.n_out << ", " << c.w.view.n_in << "]";
+        worst = std::max(worst, expect_close(y, c.want, c.scale, 1e-5, what.str()));
+        if (::testing::Test::HasFailure()) return worst;
+      }
+    }
+  return worst;
+}
+
+void record_worst(double worst) {
+  std::ostringstream text;
+  text << std::scientific << worst;
+  ::testing::Test::RecordProperty("worst_relative_error", text.str());
+}
+
+class MatmulByDType : public ::testing::TestWithParam<DType> {};
+
+// Decode path (n_tokens < kBlasMinTokens) against the scalar reference of its arithmetic.
+TEST_P(MatmulByDType, DecodeMatchesDecodeReference) {
+  const DType dtype = GetParam();
+  Rng rng(100 + static_cast<int>(dtype));
+  std::vector<int64_t> n_ins = {32, 64, 96, 288, 4096};
+  if (dtype_info(dtype).block_elems == 1) n_ins.push_back(37);  // tails of the float kernels
+  record_worst(run_cases(dtype, make_cases(dtype, n_ins, {1, 2, 3, 4, 5, 6, 7}, matmul_decode_reference, rng)));
+}
+
+// Prefill path (sgemm on dequantized weights, x unquantized) against the double reference.
+TEST_P(MatmulByDType, PrefillMatchesReference) {
+  const DType dtype = GetParam();
+  Rng rng(200 + static_cast<int>(dtype));
+  record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 96, 288, 4096}, {Matmul::kBlasMinTokens, kMaxTokens},
+                                           matmul_reference, rng)));
+}
+
+// The decode reference itself: exact float dots for float weights; for quantized weights
+// only x's Q8_0 rounding (at most amax / 254 per value) separates it from the true product.
+TEST_P(MatmulByDType, DecodeReferenceApproximatesExactProduct) {
+  const DType dtype = GetParam();
+  Rng rng(300 + static_cast<int>(dtype));
+  Weights w = random_weights(dtype, 40, 1024, rng);
+  auto x = random_x(3, 1024, rng);
+  std::vector<float> want(3 * 40), got(3 * 40);
+  matmul_reference(w.view, x.data(), 3, want.data());
+  matmul_decode_reference(w.view, x.data(), 3, got.data());
+  const bool quantized = dtype_info(dtype).block_elems > 1;
+  expect_close(got, want, abs_scale(w, x, 3), quantized ? 1e-2 : 1e-5, std::string(dtype_name(dtype)));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypes, MatmulByDType, ::testing::ValuesIn(kDTypes),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Matmul, ReferenceKnownValues) {
+  // W = [[1, 2, ..., 32], [-1, -1, ..., -1]], x = [[1, 1, ...], [0.5, 0, 0.5, 0, ...]]
+  std::vector<float> w(64), x(64);
+  for (int i = 0; i < 32; ++i) {
+    w[i] = static_cast<float>(i + 1);
+    w[32 + i] = -1.0f;
+    x[i] = 1.0f;
+    x[32 + i] = i % 2 == 0 ? 0.5f : 0.0f;
+  }
+  WeightView view{w.data(), DType::kF32, 2, 32};
+  std::vector<float> y(4);
+  matmul_reference(view, x.data(), 2, y.data());
+  EXPECT_EQ(y[0], 528.0f);  // 32 * 33 / 2
+  EXPECT_EQ(y[1], -32.0f);
+  EXPECT_EQ(y[2], 128.0f);  // 0.5 * (1 + 3 + ... + 31)
+  EXPECT_EQ(y[3], -8.0f);
+  for (Isa isa : supported_isas()) {
+    ThreadPool pool(2);
+    Matmul matmul(pool, 2, 32, 2, isa);
+    std::vector<float> got(4);
+    matmul.run(view, x.data(), 2, got.data());
+    EXPECT_EQ(got, y) << isa_name(isa);
+  }
+}
+
+TEST(Matmul, DetectIsaNamesAnIsa) {
+  const Isa isa = detect_isa();
+  EXPECT_STRNE(isa_name(isa), "unknown");
+  EXPECT_STREQ(isa_name(Isa::kScalar), "scalar");
+}
+
+}  // namespace
+}  // namespace pagoda::kernels
