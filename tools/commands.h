@@ -18,7 +18,8 @@ struct EngineOptions {
   int threads = 0;
   std::string kv_cache_mem;  // "" = default
   int64_t block_size = 16;
-  std::string kv_dtype = "f32";
+  std::string kv_dtype = "f32";  // kernels::kv_dtype_name
+  std::string kv_layout = "nd";  // "nd" | "nz"
   int64_t ctx_size = 0;
   int64_t batch_size = 512;
   bool verbose = false;
@@ -43,5 +44,7 @@ void register_info(CLI::App& app, int& exit_code);
 void register_tokenize(CLI::App& app, int& exit_code);
 void register_make_model(CLI::App& app, int& exit_code);
 void register_convert(CLI::App& app, int& exit_code);
+void register_kvcalc(CLI::App& app, int& exit_code);
+void register_perplexity(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
 
 }  // namespace pagoda::tools

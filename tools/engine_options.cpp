@@ -13,7 +13,10 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_option("-t,--threads", o.threads, "compute threads (default: all cores)");
   app.add_option("--kv-cache-mem", o.kv_cache_mem, "KV cache budget, e.g. 512M, 2G (default: 4 contexts, at most 2 GiB)");
   app.add_option("--block-size", o.block_size, "tokens per KV block")->check(CLI::Range(1, 4096));
-  app.add_option("--kv-dtype", o.kv_dtype, "KV cache element type")->check(CLI::IsMember({"f32", "f16"}));
+  app.add_option("--kv-dtype", o.kv_dtype, "KV cache element format: f32, f16, bf16, fp8-e4m3, fp8-e5m2, int8, int4")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2", "int8", "int4"}));
+  app.add_option("--kv-layout", o.kv_layout, "KV block layout: nd, or nz (f32/f16/bf16, block size a multiple of 16)")
+      ->check(CLI::IsMember({"nd", "nz"}));
   app.add_option("-c,--ctx-size", o.ctx_size, "context length (default: the model's)");
   app.add_option("-b,--batch-size", o.batch_size, "rows per forward pass (prefill chunk)")->check(CLI::Range(1, 65536));
   app.add_flag("-v,--verbose", o.verbose, "log more");
@@ -27,7 +30,20 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
     if (config.kv_cache_bytes <= 0) return Status::error("--kv-cache-mem must be positive");
   }
   config.block_size = o.block_size;
-  config.kv_dtype = *dtype_from_name(o.kv_dtype);
+  const auto kv_dtype = kernels::kv_dtype_from_name(o.kv_dtype);
+  if (!kv_dtype) return Status::error("unknown --kv-dtype '" + o.kv_dtype + "' (f32, f16, bf16, fp8-e4m3, fp8-e5m2, int8, int4)");
+  config.kv_dtype = *kv_dtype;
+  const auto kv_layout = kernels::kv_layout_from_name(o.kv_layout);
+  if (!kv_layout) return Status::error("unknown --kv-layout '" + o.kv_layout + "' (nd, nz)");
+  config.kv_layout = *kv_layout;
+  if (config.kv_layout == kernels::KvLayoutKind::kNZ) {  // fail before loading the model
+    if (kernels::kv_dtype_is_quantized(config.kv_dtype)) {
+      return Status::error("--kv-layout nz needs --kv-dtype f32, f16 or bf16, not " + o.kv_dtype);
+    }
+    if (o.block_size % 16 != 0) {
+      return Status::error("--kv-layout nz needs a --block-size that is a multiple of 16, not " + std::to_string(o.block_size));
+    }
+  }
   config.max_context = o.ctx_size;
   config.max_batch_tokens = o.batch_size;
   return config;

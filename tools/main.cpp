@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   pagoda::tools::register_tokenize(app, exit_code);
   pagoda::tools::register_make_model(app, exit_code);
   pagoda::tools::register_convert(app, exit_code);
+  pagoda::tools::register_kvcalc(app, exit_code);
+  pagoda::tools::register_perplexity(app, clock, logger, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -13,7 +13,7 @@ const char* finish_reason_name(FinishReason reason) {
   return "?";
 }
 
-Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::LlamaModel> model, const EngineConfig& config,
+Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::LlamaModel> model, const EngineConfig& config,
                                                const Clock& clock, const Logger& logger) {
   CHECK(model != nullptr);
   const model::ModelConfig& mc = model->config();
@@ -33,12 +33,14 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::LlamaModel
   layout.head_dim = mc.head_dim;
   layout.block_size = config.block_size;
   layout.dtype = config.kv_dtype;
+  layout.layout = config.kv_layout;
   PAGODA_RETURN_IF_ERROR(layout.validate());
   int64_t budget = config.kv_cache_bytes;
   if (budget <= 0) {
     const int64_t blocks_per_context = (e->max_context_ + layout.block_size - 1) / layout.block_size;
     budget = std::max(blocks_per_context * layout.bytes_per_block(),
-                      std::min<int64_t>(4 * blocks_per_context * layout.bytes_per_block(), int64_t{2} << 30));
+                      std::min<int64_t>(4 * blocks_per_context * layout.bytes_per_block(), int64_t{2} << 30)) +
+             layout.stage_bytes();  // int4 only: fixed f32 staging of partial K blocks
   }
   PAGODA_ASSIGN_OR_RETURN(e->plan_, kvcache::plan_kv_pool(layout, budget));
   PAGODA_ASSIGN_OR_RETURN(kvcache::BlockPool pool, kvcache::BlockPool::create(layout, e->plan_.num_blocks));

@@ -29,7 +29,8 @@ struct EngineConfig {
   int num_threads = 0;                   // 0: all cores
   int64_t kv_cache_bytes = 0;            // 0: enough for max_context tokens, capped at 1 GiB
   int64_t block_size = 16;               // tokens per KV block
-  DType kv_dtype = DType::kF32;          // f32 or f16
+  kernels::KvDType kv_dtype = kernels::KvDType::kF32;            // KV element format (kernels/kv_format.h)
+  kernels::KvLayoutKind kv_layout = kernels::KvLayoutKind::kND;  // kNZ: unquantized, block_size % 16 == 0
   int64_t max_batch_tokens = 512;        // rows per forward pass (prefill chunk)
   int64_t max_context = 0;               // 0: the model's training context
 };
@@ -66,7 +67,8 @@ class Engine {
   // on_token returns false to abort generation.
   using TokenCallback = std::function<bool(int32_t token)>;
 
-  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<model::LlamaModel> model,
+  // The model may be shared by several engines (e.g. an f32-KV baseline beside a quantized one).
+  static Result<std::unique_ptr<Engine>> create(std::shared_ptr<const model::LlamaModel> model,
                                                 const EngineConfig& config, const Clock& clock,
                                                 const Logger& logger);
 
@@ -77,6 +79,7 @@ class Engine {
   Result<std::vector<float>> score(std::span<const int32_t> tokens);
 
   const model::LlamaModel& model() const { return *model_; }
+  std::shared_ptr<const model::LlamaModel> shared_model() const { return model_; }
   const kvcache::KvLayout& kv_layout() const { return pool_->layout(); }
   const kvcache::KvPoolPlan& kv_plan() const { return plan_; }
   kvcache::BlockManager& block_manager() { return *blocks_; }
@@ -91,7 +94,7 @@ class Engine {
                        bool want_logits, bool all_rows, float* logits_out);
   Status check_fits(int64_t total_tokens) const;
 
-  std::unique_ptr<model::LlamaModel> model_;
+  std::shared_ptr<const model::LlamaModel> model_;
   const Clock* clock_ = nullptr;
   const Logger* logger_ = nullptr;
   int64_t max_context_ = 0;

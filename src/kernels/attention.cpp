@@ -1,115 +1,100 @@
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/check.h"
-#include "kernels/vec.h"
+#include "kernels/kv_block.h"
+#include "kernels/kv_quant.h"
 
 namespace pagoda::kernels {
 
 namespace {
 
-size_t elem_bytes(DType dtype) {
-  CHECK(dtype == DType::kF32 || dtype == DType::kF16) << "KV dtype " << dtype_name(dtype);
-  return dtype == DType::kF32 ? 4 : 2;
+// Tokens stored for `seq`: its last row is its newest token.
+inline int64_t seq_length(const SeqSpan& seq, const int32_t* positions) {
+  CHECK_GT(seq.n_tokens, 0) << "empty sequence span";
+  return static_cast<int64_t>(positions[seq.token_begin + seq.n_tokens - 1]) + 1;
 }
 
-// Byte offset of (slot, kv_head) in a layer's K or V array.
-inline size_t slot_offset(const KvLayerView& layer, int64_t slot, int64_t kv_head) {
-  return (static_cast<size_t>(slot) * layer.slot_elems() + kv_head * layer.head_dim) * elem_bytes(layer.dtype);
-}
-
-inline int64_t slot_of(const SeqSpan& seq, int64_t block_size, int64_t pos) {
-  const int64_t block_index = pos / block_size;
-  CHECK_LT(block_index, seq.num_blocks) << "position " << pos << " beyond the block table";
-  return static_cast<int64_t>(seq.block_table[block_index]) * block_size + pos % block_size;
+inline int32_t block_at(const SeqSpan& seq, int64_t index) {
+  CHECK_LT(index, seq.num_blocks) << "block " << index << " beyond the block table";
+  return seq.block_table[index];
 }
 
 }  // namespace
 
 AttentionScratch::AttentionScratch(int num_threads, int64_t max_context, int64_t head_dim)
     : max_context_(max_context),
-      scores_(num_threads, std::vector<float>(max_context)),
-      accum_(num_threads, std::vector<float>(head_dim)) {}
-
-void store_kv(const KvLayerView& layer, const float* k, const float* v, const int64_t* slot_mapping,
-              int64_t n_tokens) {
-  const int64_t n = layer.slot_elems();
-  const int64_t num_slots = layer.num_blocks * layer.block_size;
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const int64_t slot = slot_mapping[t];
-    CHECK(slot >= 0 && slot < num_slots) << "slot " << slot << " of " << num_slots;
-    if (layer.dtype == DType::kF32) {
-      std::memcpy(static_cast<float*>(layer.k) + slot * n, k + t * n, n * sizeof(float));
-      std::memcpy(static_cast<float*>(layer.v) + slot * n, v + t * n, n * sizeof(float));
-    } else {
-      uint16_t* kd = static_cast<uint16_t*>(layer.k) + slot * n;
-      uint16_t* vd = static_cast<uint16_t*>(layer.v) + slot * n;
-      for (int64_t i = 0; i < n; ++i) {
-        kd[i] = fp32_to_fp16(k[t * n + i]);
-        vd[i] = fp32_to_fp16(v[t * n + i]);
-      }
-    }
-  }
-}
+      head_dim_(head_dim),
+      buffers_(num_threads, std::vector<float>(kMaxGroup * (max_context + head_dim) + 3 * head_dim)) {}
 
 void paged_attention(const KvLayerView& layer, const float* q, const int32_t* positions,
                      const SeqSpan* seqs, int64_t n_seqs, const AttentionParams& params, float* out,
                      ThreadPool& pool, AttentionScratch& scratch, Isa isa) {
-  const int64_t hd = layer.head_dim;
+  check_kv_view(layer);
+  const int64_t hd = layer.head_dim, B = layer.block_size, n_kv_head = layer.n_kv_head;
   const int64_t n_head = params.n_head;
-  CHECK_EQ(n_head % layer.n_kv_head, 0);
-  const int64_t group = n_head / layer.n_kv_head;
-  const VecOps& ops = vec_ops(isa);
-  const auto* k_base = static_cast<const uint8_t*>(layer.k);
-  const auto* v_base = static_cast<const uint8_t*>(layer.v);
-  const bool f16 = layer.dtype == DType::kF16;
-  (void)elem_bytes(layer.dtype);
+  CHECK_EQ(n_head % n_kv_head, 0);
+  CHECK_LE(hd, scratch.head_dim());
+  const int64_t group = n_head / n_kv_head;
+  const int64_t max_ctx = scratch.max_context();
+  const KvRowOps& ops = kv_row_ops(isa);
 
-  // Work items: (sequence row, query head), rows of all sequences flattened.
+  // Work items: (batch row, kv head); each serves the group's query heads, kMaxGroup at a time,
+  // so every K/V row is decoded once per item.
   int64_t n_rows = 0;
   for (int64_t s = 0; s < n_seqs; ++s) n_rows = std::max(n_rows, seqs[s].token_begin + seqs[s].n_tokens);
-  pool.parallel_for(n_rows * n_head, [&](int64_t begin, int64_t end, int thread) {
-    float* scores = scratch.scores(thread);
-    float* acc = scratch.accum(thread);
+  pool.parallel_for(n_rows * n_kv_head, [&](int64_t begin, int64_t end, int thread) {
+    float* scores = scratch.scores(thread);  // [kMaxGroup, max_ctx]
+    float* acc = scratch.accum(thread);      // [kMaxGroup, head_dim]
+    detail::KvRowReader k_rows(layer, true, ops, scratch.row(thread), scratch.params(thread));
+    detail::KvRowReader v_rows(layer, false, ops, scratch.row(thread), scratch.params(thread));
     int64_t s = 0;  // items are visited in row order, so the sequence index only moves forward
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / n_head;
-      const int64_t h = item % n_head;
-      // Sequences are sorted by token_begin: advance to the one holding row t.
+      const int64_t t = item / n_kv_head;
+      const int64_t kv_head = item % n_kv_head;
       while (s + 1 < n_seqs && t >= seqs[s + 1].token_begin) ++s;
       CHECK(t >= seqs[s].token_begin && t < seqs[s].token_begin + seqs[s].n_tokens)
           << "batch row " << t << " belongs to no sequence";
       const SeqSpan& seq = seqs[s];
-      const int64_t kv_head = h / group;
+      const int64_t seq_len = seq_length(seq, positions);
       const int64_t n_ctx = static_cast<int64_t>(positions[t]) + 1;
-      CHECK_LE(n_ctx, scratch.max_context());
-      const float* qh = q + (t * n_head + h) * hd;
-      float max_score = -INFINITY;
-      for (int64_t p = 0; p < n_ctx; ++p) {
-        const size_t off = slot_offset(layer, slot_of(seq, layer.block_size, p), kv_head);
-        const float dot = f16 ? ops.dot_f16(reinterpret_cast<const uint16_t*>(k_base + off), qh, hd)
-                              : ops.dot_f32(reinterpret_cast<const float*>(k_base + off), qh, hd);
-        scores[p] = dot * params.scale;
-        max_score = std::max(max_score, scores[p]);
-      }
-      float sum = 0.0f;
-      for (int64_t p = 0; p < n_ctx; ++p) {
-        scores[p] = std::exp(scores[p] - max_score);
-        sum += scores[p];
-      }
-      std::memset(acc, 0, hd * sizeof(float));
-      const float inv = 1.0f / sum;
-      for (int64_t p = 0; p < n_ctx; ++p) {
-        const size_t off = slot_offset(layer, slot_of(seq, layer.block_size, p), kv_head);
-        if (f16) {
-          ops.axpy_f16(scores[p] * inv, reinterpret_cast<const uint16_t*>(v_base + off), acc, hd);
-        } else {
-          ops.axpy_f32(scores[p] * inv, reinterpret_cast<const float*>(v_base + off), acc, hd);
+      CHECK_LE(n_ctx, max_ctx);
+      CHECK_LE(n_ctx, seq_len) << "rows of a sequence must be in position order";
+      const int64_t n_blocks = (n_ctx + B - 1) / B;
+      for (int64_t h0 = kv_head * group; h0 < (kv_head + 1) * group; h0 += AttentionScratch::kMaxGroup) {
+        const int64_t g = std::min(AttentionScratch::kMaxGroup, (kv_head + 1) * group - h0);
+        const float* qh = q + (t * n_head + h0) * hd;  // [g, head_dim]
+        for (int64_t j = 0; j < n_blocks; ++j) {
+          k_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
+          const int64_t rows = std::min(B, n_ctx - j * B);
+          for (int64_t r = 0; r < rows; ++r) ops.dot_group(k_rows.row(r), qh, g, hd, params.scale, scores + j * B + r, max_ctx);
         }
+        float inv[AttentionScratch::kMaxGroup];
+        for (int64_t gi = 0; gi < g; ++gi) {
+          float* w = scores + gi * max_ctx;
+          const float max_score = *std::max_element(w, w + n_ctx);
+          float sum = 0.0f;
+          for (int64_t p = 0; p < n_ctx; ++p) {
+            w[p] = std::exp(w[p] - max_score);
+            sum += w[p];
+          }
+          inv[gi] = 1.0f / sum;
+        }
+        std::memset(acc, 0, g * hd * sizeof(float));
+        for (int64_t j = 0; j < n_blocks; ++j) {
+          v_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
+          const int64_t rows = std::min(B, n_ctx - j * B);
+          for (int64_t r = 0; r < rows; ++r) {
+            float w[AttentionScratch::kMaxGroup];
+            for (int64_t gi = 0; gi < g; ++gi) w[gi] = scores[gi * max_ctx + j * B + r] * inv[gi];
+            ops.axpy_group(w, v_rows.row(r), g, hd, acc);
+          }
+        }
+        std::memcpy(out + (t * n_head + h0) * hd, acc, g * hd * sizeof(float));
       }
-      std::memcpy(out + (t * n_head + h) * hd, acc, hd * sizeof(float));
     }
   });
 }
@@ -117,15 +102,19 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
 void paged_attention_reference(const KvLayerView& layer, const float* q, const int32_t* positions,
                                const SeqSpan* seqs, int64_t n_seqs, const AttentionParams& params,
                                float* out) {
-  const int64_t hd = layer.head_dim;
+  check_kv_view(layer);
+  const int64_t hd = layer.head_dim, B = layer.block_size;
   const int64_t group = params.n_head / layer.n_kv_head;
-  auto load = [&](const void* base, int64_t slot, int64_t kv_head, int64_t i) -> double {
-    const int64_t index = slot * layer.slot_elems() + kv_head * hd + i;
-    return layer.dtype == DType::kF32 ? static_cast<const float*>(base)[index]
-                                      : fp16_to_fp32(static_cast<const uint16_t*>(base)[index]);
-  };
+  std::vector<float> row(hd);
+  std::vector<double> acc(hd);
   for (int64_t s = 0; s < n_seqs; ++s) {
     const SeqSpan& seq = seqs[s];
+    const int64_t seq_len = seq_length(seq, positions);
+    // Row p of the sequence for kv head h, as the kernel reads it (stage only for a partial block).
+    auto load = [&](bool is_k, int64_t p, int64_t h) {
+      const int64_t j = p / B;
+      kv_load_row_reference(layer, is_k, block_at(seq, j), p % B, h, (j + 1) * B > seq_len, row.data());
+    };
     for (int64_t t = seq.token_begin; t < seq.token_begin + seq.n_tokens; ++t) {
       const int64_t n_ctx = static_cast<int64_t>(positions[t]) + 1;
       for (int64_t h = 0; h < params.n_head; ++h) {
@@ -134,19 +123,20 @@ void paged_attention_reference(const KvLayerView& layer, const float* q, const i
         std::vector<double> w(n_ctx);
         double max_score = -INFINITY;
         for (int64_t p = 0; p < n_ctx; ++p) {
-          const int64_t slot = slot_of(seq, layer.block_size, p);
+          load(true, p, kv_head);
           double dot = 0.0;
-          for (int64_t i = 0; i < hd; ++i) dot += load(layer.k, slot, kv_head, i) * qh[i];
+          for (int64_t i = 0; i < hd; ++i) dot += static_cast<double>(row[i]) * qh[i];
           w[p] = dot * params.scale;
           max_score = std::max(max_score, w[p]);
         }
         double sum = 0.0;
         for (double& x : w) sum += (x = std::exp(x - max_score));
-        for (int64_t i = 0; i < hd; ++i) {
-          double acc = 0.0;
-          for (int64_t p = 0; p < n_ctx; ++p) acc += w[p] / sum * load(layer.v, slot_of(seq, layer.block_size, p), kv_head, i);
-          out[(t * params.n_head + h) * hd + i] = static_cast<float>(acc);
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t p = 0; p < n_ctx; ++p) {
+          load(false, p, kv_head);
+          for (int64_t i = 0; i < hd; ++i) acc[i] += w[p] / sum * row[i];
         }
+        for (int64_t i = 0; i < hd; ++i) out[(t * params.n_head + h) * hd + i] = static_cast<float>(acc[i]);
       }
     }
   }

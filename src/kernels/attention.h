@@ -2,29 +2,37 @@
 // through a block table. Position p of a sequence is at slot
 //   block_table[p / block_size] * block_size + p % block_size.
 //
-// Cache layout of one layer (ND): K and V each [num_blocks, block_size, n_kv_head, head_dim],
-// element dtype f32 or f16. A slot is one row of n_kv_head * head_dim values.
+// Physical layout of one layer (B = block_size, H = n_kv_head, D = head_dim). K and V are
+// each [num_blocks] blocks of kv_block_bytes_k / kv_block_bytes_v bytes (kernels/kv_format.h);
+// inside a block (scales and mins are f16, possibly unaligned):
+//   f32, f16, bf16  ND  [B, H, D] elements
+//                   NZ  [H*D/16, B, 16] elements (B % 16 == 0, H*D % 16 == 0): element
+//                       (token t, channel c = h*D + i) at ((c/16)*B + t)*16 + c%16
+//   int8, fp8-*     [B, H, D] one-byte codes, then [B, H] scales         (K and V alike)
+//   int4 V          [B, H, D/2] nibble codes, then [B, H, 2] (scale, min) per token
+//   int4 K          [B, H, D/2] nibble codes, then [H, D] scales, then [H, D] mins: one
+//                   (scale, min) per channel over the block's B tokens (KIVI); the newest,
+//                   partly filled block of a sequence waits in f32 in the stage
+//                   (kernels/kv_store.h) and is quantized when its last row arrives.
+// Nibbles: byte j of a row holds element j (low) and element j + D/2 (high). Formulas and
+// error bounds: kernels/kv_quant.h. NZ is bit-identical to ND in attention: its rows are
+// gathered into a scratch row and dotted by the same kernels.
+//
+// The kernel never makes a full-precision copy of the cache: for each (query row, kv head) it
+// walks the sequence's blocks, decodes one K (then V) row at a time into a per-thread head_dim
+// scratch row (f32 ND rows are read in place), and uses it for up to 8 query heads of the group
+// at once (KvRowOps::dot_group / axpy_group: the row is loaded once per vector).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/kv_quant.h"
+#include "kernels/kv_store.h"
 #include "kernels/matmul.h"
 
 namespace pagoda::kernels {
-
-struct KvLayerView {
-  void* k = nullptr;  // [num_blocks, block_size, n_kv_head, head_dim]
-  void* v = nullptr;  // [num_blocks, block_size, n_kv_head, head_dim]
-  DType dtype = DType::kF32;  // kF32 or kF16
-  int64_t num_blocks = 0;
-  int64_t block_size = 0;
-  int64_t n_kv_head = 0;
-  int64_t head_dim = 0;
-  int64_t slot_elems() const { return n_kv_head * head_dim; }
-};
 
 // One sequence's rows in a flat batch.
 struct SeqSpan {
@@ -34,40 +42,41 @@ struct SeqSpan {
   int64_t num_blocks = 0;
 };
 
-// Writes new K/V rows into their slots. k, v: [n_tokens, n_kv_head * head_dim] f32;
-// slot_mapping: [n_tokens], each < num_blocks * block_size.
-void store_kv(const KvLayerView& layer, const float* k, const float* v, const int64_t* slot_mapping,
-              int64_t n_tokens);
-
 struct AttentionParams {
   int64_t n_head = 0;      // query heads; n_head % n_kv_head == 0 (GQA/MQA)
   float scale = 1.0f;      // usually 1/sqrt(head_dim)
 };
 
-// Scratch for attention, sized once: per thread a score row of max_context floats and an
-// accumulator of head_dim floats.
+// Scratch for attention, sized once. Per thread: scores [kMaxGroup, max_context],
+// accumulators [kMaxGroup, head_dim], a decoded row [head_dim] and int4 K channel
+// parameters [2, head_dim].
 class AttentionScratch {
  public:
+  static constexpr int64_t kMaxGroup = kKvMaxGroup;  // query heads served per pass over a kv head's rows
   AttentionScratch(int num_threads, int64_t max_context, int64_t head_dim);
-  float* scores(int thread) { return scores_[thread].data(); }
-  float* accum(int thread) { return accum_[thread].data(); }
+  float* scores(int thread) { return buffers_[thread].data(); }
+  float* accum(int thread) { return scores(thread) + kMaxGroup * max_context_; }
+  float* row(int thread) { return accum(thread) + kMaxGroup * head_dim_; }
+  float* params(int thread) { return row(thread) + head_dim_; }
   int64_t max_context() const { return max_context_; }
+  int64_t head_dim() const { return head_dim_; }
 
  private:
   int64_t max_context_;
-  std::vector<std::vector<float>> scores_;  // [num_threads][max_context]
-  std::vector<std::vector<float>> accum_;   // [num_threads][head_dim]
+  int64_t head_dim_;
+  std::vector<std::vector<float>> buffers_;  // [num_threads][kMaxGroup*(max_context+head_dim) + 3*head_dim]
 };
 
 // Causal attention of each batch row over its sequence's cached positions [0, positions[t]].
-// seqs: sorted by token_begin, non-overlapping, covering every row.
-// The row's own K/V must already be stored. q: [n_tokens, n_head, head_dim];
-// positions: [n_tokens]; out: [n_tokens, n_head, head_dim].
+// seqs: sorted by token_begin, non-overlapping, covering every row; a sequence's rows in
+// position order, its last row being its newest token. The rows' own K/V must already be
+// stored. q: [n_tokens, n_head, head_dim]; positions: [n_tokens]; out: [n_tokens, n_head, head_dim].
 void paged_attention(const KvLayerView& layer, const float* q, const int32_t* positions,
                      const SeqSpan* seqs, int64_t n_seqs, const AttentionParams& params, float* out,
                      ThreadPool& pool, AttentionScratch& scratch, Isa isa = detect_isa());
 
-// Reference: plain loops, softmax in double, same inputs and outputs.
+// Reference: plain loops; K/V rows dequantized element by element (kv_load_row_reference, the
+// same staging rule), scores, softmax and the weighted sum in double. Same inputs and outputs.
 void paged_attention_reference(const KvLayerView& layer, const float* q, const int32_t* positions,
                                const SeqSpan* seqs, int64_t n_seqs, const AttentionParams& params,
                                float* out);

@@ -1,60 +1,218 @@
-// BlockManager: the block table of every sequence, over one BlockPool.
+// BlockManager: the block table of every sequence over one BlockPool, with prefix caching
+// (a radix index of chained block hashes), copy-on-write forks and pluggable eviction.
 //
-// A sequence holds blocks covering positions [0, length). Appending n tokens first *plans*
-// (how many new blocks would it take: `blocks_needed`), then *applies* (`append`), which
-// allocates them and writes one slot per new token:
+// A sequence holds blocks covering positions [0, length):
 //   slot(p) = block_table[p / block_size] * block_size + p % block_size.
-// Running out of blocks is an ordinary answer (append returns false and changes nothing).
-// Sequences release their blocks tail-first, so shared prefixes outlive suffixes.
-// Invariant (check_integrity): each block's ref count == number of tables holding it.
+// Its first num_computed tokens have KV written (the engine says so with commit). Committed
+// full blocks are registered in the prefix index; when no sequence holds them any more they
+// stay *cached* (block_pool.h) until a prefix hit reuses them or the eviction policy drops
+// them. Running out of blocks is an ordinary answer (plan().fits() is false, append returns
+// false and changes nothing).
+//
+// Engine protocol, in call order:
+//   Admission of prompt P (namespace ns: model fingerprint, KV format, tenant salt):
+//     PrefixMatch hit = bm.match_prefix(P, ns);  // pins the longest cached prefix, < |P| tokens
+//     KvPlan plan = bm.plan(hit, |P|);           // dry run: cached tokens, blocks to allocate
+//     if (!plan.fits()) { keep waiting; }        // dropping `hit` unpins
+//     SeqId s = bm.add_sequence(max_tokens, {ns, priority});
+//     bm.adopt(s, std::move(hit));               // length(s) == num_computed(s) == hit.num_tokens()
+//   Each step, for each scheduled sequence s and its new tokens T (prefill chunk / decode token):
+//     copies.clear();
+//     if (!bm.append(s, T, slots, copies)) { preempt or wait; }  // nothing changed
+//     for (BlockCopy c : copies) pool.copy_block(c.src_block, c.dst_block);  // in order, before
+//                                                                             // any forward
+//     forward(...)          // writes the K/V of T at `slots`
+//     bm.commit(s);         // only once that forward succeeded: registers the full blocks
+//   bm.fork(s)              // after commit: a child sharing every block (parallel sampling)
+//   bm.truncate(s, n)       // drop tokens from the end (e.g. rejected draft tokens)
+//   bm.free_sequence(s)     // releases tail first: committed blocks become cached
+// Copies come only from append into a partly filled last block that is shared (after fork)
+// or registered (after truncate into a committed block): the writer gets a private copy.
+//
+// Not thread-safe: one scheduler thread drives it. A PrefixMatch must not outlive its manager.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
+#include "kvcache/block_hash.h"
 #include "kvcache/block_pool.h"
+#include "kvcache/eviction.h"
+#include "kvcache/prefix_index.h"
 
 namespace pagoda::kvcache {
 
 using SeqId = int64_t;
+class BlockManager;
+
+struct BlockManagerOptions {
+  EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
+  LogicalClock* clock = nullptr;           // nullptr: the manager keeps its own
+  BlockHashFn hash_fn = &hash_block;       // tests inject colliding hashes
+};
+
+struct SequenceOptions {
+  KvNamespace ns;        // what its cached blocks are valid for
+  int32_t priority = 0;  // for EvictionPolicyKind::kPriority: higher is kept longer
+};
+
+// Copy block src onto dst (every layer's K and V) before writing into dst.
+struct BlockCopy {
+  int32_t src_block = -1;
+  int32_t dst_block = -1;
+};
+
+// The answer of a dry run; nothing is allocated, pinned or counted.
+struct KvPlan {
+  int64_t num_cached_tokens = 0;  // prompt plans: tokens served by the cache (sequence plans: 0)
+  int64_t num_new_blocks = 0;     // blocks to allocate, copy-on-write blocks included
+  int64_t num_copies = 0;         // copy-on-write copies the append would report (0 or 1)
+  int64_t num_available = 0;      // free + reclaimable cached blocks, less those this plan reuses
+  bool fits() const { return num_new_blocks <= num_available; }
+};
+
+struct BlockManagerStats {
+  int64_t num_lookups = 0;            // match_prefix calls
+  int64_t num_hit_tokens = 0;         // prompt tokens matched by them
+  int64_t num_missed_tokens = 0;      // prompt tokens not matched
+  int64_t num_evictions = 0;          // cached blocks dropped by the eviction policy
+  int64_t num_blocks_allocated = 0;   // blocks taken for writing (fresh and copy-on-write)
+  int64_t num_cow_copies = 0;
+  int64_t num_committed_blocks = 0;   // blocks registered in the prefix index
+};
+
+// A matched cached prefix: full blocks, root first. Move-only; while it lives its blocks are
+// pinned (never evicted). Consumed by BlockManager::adopt, or unpinned when dropped.
+class PrefixMatch {
+ public:
+  PrefixMatch() = default;
+  PrefixMatch(PrefixMatch&& other) noexcept { *this = std::move(other); }
+  PrefixMatch& operator=(PrefixMatch&& other) noexcept;
+  PrefixMatch(const PrefixMatch&) = delete;
+  PrefixMatch& operator=(const PrefixMatch&) = delete;
+  ~PrefixMatch() { reset(); }
+
+  int64_t num_tokens() const { return num_tokens_; }
+  int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
+  std::span<const int32_t> blocks() const { return blocks_; }
+  const KvNamespace& ns() const { return ns_; }
+  bool empty() const { return blocks_.empty(); }
+  void reset();  // unpins now; leaves an empty match
+
+ private:
+  friend class BlockManager;
+  BlockManager* manager_ = nullptr;
+  std::vector<int32_t> blocks_;  // [num_blocks] pinned block ids
+  KvNamespace ns_;
+  int64_t num_tokens_ = 0;       // num_blocks x block_size
+};
 
 class BlockManager {
  public:
-  explicit BlockManager(BlockPool& pool) : pool_(pool) {}
+  explicit BlockManager(BlockPool& pool, const BlockManagerOptions& options = {});
   BlockManager(const BlockManager&) = delete;
   BlockManager& operator=(const BlockManager&) = delete;
-  ~BlockManager();
+  ~BlockManager();  // frees every sequence; aborts if a PrefixMatch is still alive
 
   // Registers an empty sequence; reserves its table for `max_tokens` so appends do not allocate.
-  SeqId add_sequence(int64_t max_tokens);
+  SeqId add_sequence(int64_t max_tokens, const SequenceOptions& options = {});
   bool has_sequence(SeqId seq) const { return tables_.count(seq) != 0; }
-  // Frees every block of the sequence (tail first) and forgets it.
+  // Releases every block of the sequence, tail first, and forgets it.
   void free_sequence(SeqId seq);
 
-  // Plan: new blocks needed to grow `seq` by n_new tokens.
-  int64_t blocks_needed(SeqId seq, int64_t n_new) const;
-  // Apply: grows seq by n_new tokens; slots_out[i] = slot of position length + i.
-  // Returns false (and changes nothing) if the pool has too few free blocks.
+  // Longest run of cached full blocks that starts `tokens`, confirmed token by token, capped
+  // at (|tokens| - 1) / block_size blocks so the last token is always computed. Pins them;
+  // never changes the index or any recency. Counts a lookup.
+  PrefixMatch match_prefix(std::span<const int32_t> tokens, const KvNamespace& ns);
+  // Gives the empty sequence `seq` the matched blocks (refs +1): length = num_computed =
+  // match.num_tokens(). Preconditions: length(seq) == 0, match from this manager, same ns.
+  void adopt(SeqId seq, PrefixMatch&& match);
+
+  // Dry runs. Growing `seq` by n_new tokens:
+  KvPlan plan(SeqId seq, int64_t n_new) const;
+  // A new sequence for a prompt of n_prompt tokens that will adopt `match`:
+  KvPlan plan(const PrefixMatch& match, int64_t n_prompt) const;
+  // The same without pinning anything (matches like match_prefix, counts nothing):
+  KvPlan plan(std::span<const int32_t> prompt, const KvNamespace& ns) const;
+  int64_t blocks_needed(SeqId seq, int64_t n_new) const { return plan(seq, n_new).num_new_blocks; }
+
+  // Apply: grows seq by tokens.size() tokens, recording their ids; slots_out[i] = slot of
+  // position length + i. Appends at most one copy to copies_out, which the caller must do
+  // (BlockPool::copy_block, in order) before KV is written. Returns false, changing nothing,
+  // when plan(seq, n).fits() is false. Evicts cached blocks as needed.
+  bool append(SeqId seq, std::span<const int32_t> tokens, std::span<int64_t> slots_out,
+              std::vector<BlockCopy>& copies_out);
+  // Compatibility: token ids unknown, so the sequence is never cached from here on; a
+  // copy-on-write copy is done at once.
   bool append(SeqId seq, int64_t n_new, std::span<int64_t> slots_out);
-  // Drops tokens from the end (keeps the first new_length), freeing emptied blocks.
+  // The KV of every appended token has been written: registers each full block not yet in
+  // the prefix index. Call after the forward pass that wrote them, never before.
+  void commit(SeqId seq);
+  // A new sequence sharing every block of `seq` (refs +1), with its tokens, namespace and
+  // priority. Precondition: seq is committed (num_computed == length).
+  SeqId fork(SeqId seq);
+  // Drops tokens from the end (keeps the first new_length), releasing emptied blocks tail first.
   void truncate(SeqId seq, int64_t new_length);
 
   int64_t length(SeqId seq) const { return table(seq).length; }
+  int64_t num_computed(SeqId seq) const { return table(seq).num_computed; }
   const std::vector<int32_t>& block_table(SeqId seq) const { return table(seq).blocks; }
   int64_t num_sequences() const { return static_cast<int64_t>(tables_.size()); }
+  // Blocks an allocation can get: free + cached ones that are not pinned.
+  int64_t num_available_blocks() const { return pool_.num_free() + pool_.num_cached() - num_pinned_cached_; }
+  const BlockManagerStats& stats() const { return stats_; }
+  EvictionPolicyKind eviction_policy() const { return policy_->kind(); }
+  const PrefixIndex& index() const { return index_; }
   BlockPool& pool() { return pool_; }
 
+  // Aborts unless: pool states agree (free + cached + in use == total); each ref count equals
+  // the number of tables holding the block; registered <=> cacheable; cached => registered;
+  // every table's committed blocks are registered with its hashes; ancestors of blocks in use
+  // (of pinned blocks) are in use (pinned); the policy holds exactly the evictable blocks.
   void check_integrity() const;
 
  private:
+  friend class PrefixMatch;
   struct Table {
-    std::vector<int32_t> blocks;  // [ceil(length / block_size)] block ids
-    int64_t length = 0;           // tokens cached
+    std::vector<int32_t> blocks;          // [ceil(length / block_size)] block ids
+    std::vector<int32_t> tokens;          // [length] token ids, while tokens_known
+    std::vector<BlockHash> block_hashes;  // [committed full blocks] chained hashes
+    int64_t length = 0;                   // tokens held
+    int64_t num_computed = 0;             // tokens with KV written (<= length)
+    KvNamespace ns;
+    uint64_t ns_key = 0;                  // ns.key()
+    int32_t priority = 0;
+    bool tokens_known = true;             // false after a compatibility append
   };
   const Table& table(SeqId seq) const;
+  Table& table(SeqId seq);
+  KvPlan plan_table(const Table& t, int64_t n_new) const;
+  bool needs_copy(const Table& t, int64_t n_new) const;
+  bool append_tokens(Table& t, int64_t n_new, const int32_t* tokens, std::span<int64_t> slots_out,
+                     std::vector<BlockCopy>* copies_out);
+  int32_t allocate_block(int32_t priority);
+  void evict_one();
+  void acquire(int32_t block, int32_t priority);  // a table takes a block in use or cached
+  void release(int32_t block, int32_t priority);  // a table drops a block
+  void pin(int32_t block);
+  void unpin(int32_t block);
+  void update_evictable(int32_t block);
+  uint64_t tick() { return clock_->tick(); }
+
   BlockPool& pool_;
+  BlockHashFn hash_fn_;
+  LogicalClock own_clock_;
+  LogicalClock* clock_;
+  PrefixIndex index_;
+  std::unique_ptr<EvictionPolicy> policy_;
+  std::vector<BlockUsage> usage_;  // [num_blocks]
+  std::vector<int32_t> pins_;      // [num_blocks] live PrefixMatch pins
+  int64_t num_pins_ = 0;           // sum of pins_
+  int64_t num_pinned_cached_ = 0;  // cached blocks with pins_ > 0
+  BlockManagerStats stats_;
   std::unordered_map<SeqId, Table> tables_;
   SeqId next_seq_id_ = 0;
 };

@@ -1,12 +1,24 @@
-// BlockPool: owns all KV memory (allocated once) and the ref count of every block.
+// BlockPool: owns all KV memory (allocated once), the ref count and the state of every block.
 //
-// Memory: one buffer; layer l holds K then V, each [num_blocks, block_size, n_kv_head, head_dim]
-// of layout.dtype.
+// Memory: one buffer; layer l holds K then V, each an array of num_blocks blocks of
+// layout.k_block_bytes() (v_block_bytes()) bytes: a block is one contiguous run of bytes in
+// its array, laid out as kernels/kv_format.h says.
 //
-// Block states:  free (ref 0, on the free list) --allocate--> in use (ref >= 1)
-//                in use --unref to 0--> free.
-// (Prefix caching will add "cached: ref 0, hash kept, evictable" between them.)
-// Invariant: free list + in use == num_blocks; no block is on the free list twice.
+// Block states (a block is in exactly one):
+//
+//   free ──allocate──▶ in use (ref ≥ 1) ──unref to 0, not cacheable──▶ free
+//                        │  ▲
+//     unref to 0,        │  │ reuse (a prefix hit)
+//     cacheable          ▼  │
+//                      cached (ref 0, hash kept by the prefix index, evictable)
+//                        │
+//                        └──evict (hash dropped)──▶ free
+//
+// `cacheable` is set by the block manager when it registers the block's hash in the prefix
+// index (only full blocks whose KV is written); evict clears it. The pool knows nothing of
+// hashes or policies: which cached block to evict is the block manager's choice.
+// Invariants (check_integrity): free + cached + in use == num_blocks; the free list holds
+// exactly the free blocks, each once; ref > 0 exactly for blocks in use; cached ⇒ cacheable.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +32,8 @@
 
 namespace pagoda::kvcache {
 
+enum class BlockState : uint8_t { kFree, kInUse, kCached };
+
 class BlockPool {
  public:
   static Result<BlockPool> create(const KvLayout& layout, int64_t num_blocks);
@@ -27,26 +41,45 @@ class BlockPool {
   const KvLayout& layout() const { return layout_; }
   int64_t num_blocks() const { return static_cast<int64_t>(ref_counts_.size()); }
   int64_t num_free() const { return static_cast<int64_t>(free_list_.size()); }
-  int64_t num_in_use() const { return num_blocks() - num_free(); }
+  int64_t num_cached() const { return num_cached_; }
+  int64_t num_in_use() const { return num_blocks() - num_free() - num_cached(); }
 
-  // Takes a free block (ref 1), or nullopt when none is free.
+  // free -> in use (ref 1), the most recently freed block first; nullopt when none is free.
   std::optional<int32_t> allocate();
-  void ref(int32_t block_id);    // block must be in use
-  void unref(int32_t block_id);  // back to free at ref 0
+  void ref(int32_t block_id);      // in use -> in use, ref + 1
+  // ref - 1; at 0 the block becomes cached if cacheable, else free. Returns the new state.
+  BlockState unref(int32_t block_id);
+  void reuse(int32_t block_id);    // cached -> in use (ref 1)
+  void evict(int32_t block_id);    // cached -> free; clears cacheable
+  // Marks an in-use block as holding registered KV: it will be cached, not freed, at ref 0.
+  void set_cacheable(int32_t block_id);
+
   int32_t ref_count(int32_t block_id) const;
+  BlockState state(int32_t block_id) const;
+  bool cacheable(int32_t block_id) const;
 
   // The cache of one layer, as the kernels read and write it.
   kernels::KvLayerView layer_view(int64_t layer);
 
-  // Aborts if the free list and ref counts disagree.
+  // Copies block src onto block dst in every layer's K and V array (layout().k_block_bytes()
+  // and v_block_bytes() each, so any KV format) and, for int4, its staged K rows.
+  // Precondition: src != dst, both valid ids. Used for copy-on-write.
+  void copy_block(int32_t src, int32_t dst);
+
+  // Aborts if the free list, states and ref counts disagree.
   void check_integrity() const;
 
  private:
   BlockPool(const KvLayout& layout, AlignedBuffer memory, int64_t num_blocks);
+  void check_id(int32_t block_id) const;
+
   KvLayout layout_;
-  AlignedBuffer memory_;              // [n_layer][K,V][num_blocks, block_size, n_kv_head, head_dim]
+  AlignedBuffer memory_;              // [n_layer][K,V][num_blocks, <one block of the KV format>]
   std::vector<int32_t> ref_counts_;   // [num_blocks]
-  std::vector<int32_t> free_list_;    // stack of free block ids, lowest id on top
+  std::vector<BlockState> states_;    // [num_blocks]
+  std::vector<char> cacheable_;       // [num_blocks] 1 while the prefix index holds the block
+  std::vector<int32_t> free_list_;    // stack of free block ids (at start lowest id on top)
+  int64_t num_cached_ = 0;
 };
 
 }  // namespace pagoda::kvcache

@@ -1,26 +1,59 @@
 #include "kvcache/kv_layout.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 
+#include "kernels/kv_store.h"
+
 namespace pagoda::kvcache {
 
-int64_t KvLayout::elem_bytes() const {
-  const DTypeInfo& info = dtype_info(dtype);
-  CHECK_EQ(info.block_elems, 1) << "KV dtype " << info.name << " is not a plain type";
-  return info.block_bytes;
+int64_t KvLayout::k_block_bytes() const {
+  return kernels::kv_block_bytes_k(dtype, head_dim, block_size, n_kv_head);
+}
+
+int64_t KvLayout::v_block_bytes() const {
+  return kernels::kv_block_bytes_v(dtype, head_dim, block_size, n_kv_head);
+}
+
+int64_t KvLayout::layer_array_bytes(int64_t num_blocks) const {
+  CHECK_EQ(k_block_bytes(), v_block_bytes()) << "K and V blocks differ in size for KV dtype " << kernels::kv_dtype_name(dtype);
+  return k_array_bytes(num_blocks);
+}
+
+int64_t KvLayout::layer_stage_bytes() const {
+  return kernels::kv_stage_bytes(dtype, block_size, n_kv_head, head_dim, stage_slots);
 }
 
 Status KvLayout::validate() const {
+  using kernels::KvDType;
   if (n_layer <= 0 || n_kv_head <= 0 || head_dim <= 0) {
     return Status::error("KV layout needs positive n_layer, n_kv_head and head_dim");
   }
   if (block_size <= 0 || block_size > 4096) {
     return Status::error("block size must be in [1, 4096], got " + std::to_string(block_size));
   }
-  if (dtype != DType::kF32 && dtype != DType::kF16) {
-    return Status::error("KV dtype " + std::string(dtype_name(dtype)) + " is not supported (use f32 or f16)");
+  const std::string dtype_name(kernels::kv_dtype_name(dtype));
+  if (dtype == KvDType::kInt4) {
+    if (head_dim % 2 != 0) {
+      return Status::error("KV dtype int4 needs an even head dim, the model has " + std::to_string(head_dim));
+    }
+    if (stage_slots < 1 || stage_slots > 4096) {
+      return Status::error("KV dtype int4 needs 1..4096 stage slots, got " + std::to_string(stage_slots));
+    }
+  }
+  if (layout == kernels::KvLayoutKind::kNZ) {
+    if (kernels::kv_dtype_is_quantized(dtype)) {
+      return Status::error("KV layout nz stores unquantized elements only (f32, f16, bf16), not " + dtype_name);
+    }
+    if (block_size % 16 != 0) {
+      return Status::error("KV layout nz needs a block size that is a multiple of 16, got " + std::to_string(block_size));
+    }
+    if (n_kv_head * head_dim % 16 != 0) {
+      return Status::error("KV layout nz needs n_kv_head x head_dim to be a multiple of 16, the model has " +
+                           std::to_string(n_kv_head) + " x " + std::to_string(head_dim));
+    }
   }
   return Status::ok();
 }
@@ -28,29 +61,39 @@ Status KvLayout::validate() const {
 Result<KvPoolPlan> plan_kv_pool(const KvLayout& layout, int64_t budget_bytes, int64_t min_blocks) {
   PAGODA_RETURN_IF_ERROR(layout.validate());
   KvPoolPlan plan;
-  plan.num_blocks = budget_bytes / layout.bytes_per_block();
+  const int64_t stage = layout.stage_bytes();
+  plan.num_blocks = std::max<int64_t>(0, budget_bytes - stage) / layout.bytes_per_block();
   if (plan.num_blocks < min_blocks) {
     return Status::error("KV cache budget " + format_bytes(budget_bytes) + " holds " +
                          std::to_string(plan.num_blocks) + " blocks of " +
-                         format_bytes(layout.bytes_per_block()) + "; at least " +
-                         std::to_string(min_blocks) + " needed");
+                         format_bytes(layout.bytes_per_block()) +
+                         (stage > 0 ? " (after " + format_bytes(stage) + " of int4 staging)" : std::string()) +
+                         "; at least " + std::to_string(min_blocks) + " needed");
   }
-  plan.pool_bytes = plan.num_blocks * layout.bytes_per_block();
+  plan.pool_bytes = plan.num_blocks * layout.bytes_per_block() + stage;
   plan.token_capacity = plan.num_blocks * layout.block_size;
   return plan;
 }
 
 std::string describe_kv_pool(const KvLayout& layout, const KvPoolPlan& plan) {
-  char buf[512];
+  const double k_per_token = static_cast<double>(layout.k_block_bytes()) / (layout.block_size * layout.n_kv_head);
+  const double v_per_token = static_cast<double>(layout.v_block_bytes()) / (layout.block_size * layout.n_kv_head);
+  char buf[640];
   std::snprintf(buf, sizeof(buf),
-                "KV cache: %s, %lld B/token (2 x %lld layers x %lld kv heads x %lld dims x %lld B), "
+                "KV cache: %s %s, %lld B/token (%lld layers x %lld kv heads x (K %g + V %g B), head dim %lld), "
                 "block %lld tokens = %s, %lld blocks = %s, capacity %lld tokens",
-                std::string(dtype_name(layout.dtype)).c_str(), (long long)layout.bytes_per_token(),
-                (long long)layout.n_layer, (long long)layout.n_kv_head, (long long)layout.head_dim,
-                (long long)layout.elem_bytes(), (long long)layout.block_size,
+                std::string(kernels::kv_dtype_name(layout.dtype)).c_str(),
+                std::string(kernels::kv_layout_name(layout.layout)).c_str(), (long long)layout.bytes_per_token(),
+                (long long)layout.n_layer, (long long)layout.n_kv_head, k_per_token, v_per_token,
+                (long long)layout.head_dim, (long long)layout.block_size,
                 format_bytes(layout.bytes_per_block()).c_str(), (long long)plan.num_blocks,
                 format_bytes(plan.pool_bytes).c_str(), (long long)plan.token_capacity);
-  return buf;
+  std::string line = buf;
+  if (layout.stage_bytes() > 0) {
+    line += " (incl. int4 K staging: " + std::to_string(layout.stage_slots) + " partial blocks x " +
+            std::to_string(layout.n_layer) + " layers in f32 = " + format_bytes(layout.stage_bytes()) + ")";
+  }
+  return line;
 }
 
 std::string format_bytes(int64_t bytes) {

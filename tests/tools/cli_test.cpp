@@ -169,5 +169,27 @@ TEST(Cli, OverLongRequestsAreRefused) {
   expect_clean_error(pagoda("run -m " + stories("stories260K.gguf") + " --kv-cache-mem lots"), "byte size");
 }
 
+TEST(Cli, PerplexityAndKvQualityAgainstF32) {
+  const std::string text = std::string(PAGODA_SOURCE_DIR) + "/tests/data/tinystory.txt";
+  Output f32 = pagoda("perplexity -m " + stories("stories260K.gguf") + " -f " + text + " -c 128 --json");
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  auto a = nlohmann::json::parse(f32.out);
+  EXPECT_GT(a["perplexity"].get<double>(), 1.0);
+  EXPECT_LT(a["perplexity"].get<double>(), 20.0);  // a trained model on simple English
+  EXPECT_FALSE(a.contains("mean_kl_divergence"));
+  Output f16 = pagoda("perplexity -m " + stories("stories260K.gguf") + " -f " + text + " -c 128 --kv-dtype f16 --json");
+  ASSERT_EQ(f16.exit_code, 0) << f16.err;
+  auto b = nlohmann::json::parse(f16.out);
+  EXPECT_NEAR(b["perplexity_f32_kv"].get<double>(), a["perplexity"].get<double>(), 1e-9);
+  EXPECT_LT(b["mean_kl_divergence"].get<double>(), 1e-3);
+  EXPECT_GT(b["top1_agreement"].get<double>(), 0.95);
+  // The default model (random weights) is near-uniform over its 512 tokens: perplexity is huge.
+  Output rnd = pagoda("perplexity -f " + text + " -c 128 --json");
+  ASSERT_EQ(rnd.exit_code, 0) << rnd.err;
+  EXPECT_GT(nlohmann::json::parse(rnd.out)["perplexity"].get<double>(), 50.0);
+  expect_clean_error(pagoda("perplexity -m " + stories("stories260K.gguf") + " -f " + text + " -c 100000"),
+                     "less than one chunk");
+}
+
 }  // namespace
 }  // namespace pagoda
