@@ -7,7 +7,7 @@
 // layers) totalling at least 128 MiB, at most 64 copies. Fixed seeds; a benchmark, never a
 // test (DESIGN.md rule 9).
 //
-//   build/bin/kv_layout_bench [--threads 1,2] [--min-time 0.3]
+//   build/bin/kv_layout_bench [--threads 1,2] [--min-time 0.3] [--only int8]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,6 +36,7 @@ constexpr int64_t kMaxCopies = 64;
 struct Options {
   std::vector<int> threads = {1};
   double min_time_s = 0.3;
+  std::string only;  // one dtype name, "" = all
 };
 
 Options parse(int argc, char** argv) {
@@ -48,10 +49,12 @@ Options parse(int argc, char** argv) {
         o.threads.push_back(static_cast<int>(std::strtol(p, &p, 10)));
         if (*p == ',') ++p;
       }
+    } else if (a == "--only" && i + 1 < argc) {
+      o.only = argv[++i];
     } else if (a == "--min-time" && i + 1 < argc) {
       o.min_time_s = std::atof(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: kv_layout_bench [--threads 1,2] [--min-time 0.3]\n");
+      std::fprintf(stderr, "usage: kv_layout_bench [--threads 1,2] [--min-time 0.3] [--only DTYPE]\n");
       std::exit(2);
     }
   }
@@ -121,6 +124,7 @@ int main(int argc, char** argv) {
     const AttentionParams params{kHeads, 1.0f / std::sqrt(static_cast<float>(kHeadDim))};
     std::vector<double> f32_us(opt.threads.size(), 0);
     for (const Config& cfg : configs) {
+      if (!opt.only.empty() && opt.only != kv_dtype_name(cfg.dtype)) continue;
       auto layers = make_layers(cfg.dtype, cfg.layout, ctx, table);
       const KvLayerView& v0 = layers[0]->view();
       const int64_t kv_bytes = (ctx / kBlock) * (v0.k_block_bytes() + v0.v_block_bytes());

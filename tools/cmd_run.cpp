@@ -23,7 +23,44 @@ struct RunOptions {
   bool json = false;
   bool no_bos = false;
   bool ignore_eos = false;
+  int parallel = 1;
+  bool kv_dump = false;
+  std::string cache_salt;
 };
+
+// --parallel K: K samples of one prompt sharing its KV blocks (copy-on-write forks).
+int run_parallel(const RunOptions& o, engine::Engine& eng, const model::Tokenizer& tok,
+                 const engine::GenerateRequest& request) {
+  auto result = eng.generate_parallel(request, o.parallel);
+  if (!result.is_ok()) return fail(result.status());
+  const std::string prompt_text = tok.decode(request.prompt);
+  nlohmann::json samples = nlohmann::json::array();
+  for (size_t i = 0; i < result->samples.size(); ++i) {
+    const engine::GenerateResult& r = result->samples[i];
+    std::vector<int32_t> all = request.prompt;
+    all.insert(all.end(), r.tokens.begin(), r.tokens.end());
+    const std::string text = tok.decode(all).substr(prompt_text.size());
+    if (o.json) {
+      samples.push_back({{"text", text}, {"token_ids", r.tokens}, {"seed", request.sampling.seed + i},
+                         {"finish_reason", engine::finish_reason_name(r.finish_reason)}});
+    } else {
+      std::printf("--- sample %zu (seed %llu, %s)\n%s%s\n", i, static_cast<unsigned long long>(request.sampling.seed + i),
+                  engine::finish_reason_name(r.finish_reason), prompt_text.c_str(), text.c_str());
+      if (r.kv_dump) std::printf("KV cache: %s", engine::format_kv_dump(*r.kv_dump).c_str());
+    }
+  }
+  const int64_t saved = result->kv_blocks_independent - result->kv_blocks_shared;
+  if (o.json) {
+    nlohmann::json j = {{"samples", samples}, {"kv_blocks_shared", result->kv_blocks_shared},
+                        {"kv_blocks_independent", result->kv_blocks_independent}, {"kv_blocks_saved", saved}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("\n%d samples hold %lld KV blocks; %d independent runs would hold %lld: %lld blocks saved\n",
+              o.parallel, static_cast<long long>(result->kv_blocks_shared), o.parallel,
+              static_cast<long long>(result->kv_blocks_independent), static_cast<long long>(saved));
+  return 0;
+}
 
 int run(const RunOptions& o, const Clock& clock, Logger& logger) {
   if (!o.engine.verbose) logger.set_level(o.json ? LogLevel::kWarn : LogLevel::kInfo);
@@ -49,6 +86,10 @@ int run(const RunOptions& o, const Clock& clock, Logger& logger) {
       if (id >= 0) request.stop_token_ids.push_back(id);
     }
   }
+
+  request.cache_salt = o.cache_salt;
+  request.dump_kv = o.kv_dump;
+  if (o.parallel > 1) return run_parallel(o, eng, tok, request);
 
   model::StreamDecoder stream(tok);
   std::string text;
@@ -80,7 +121,8 @@ int run(const RunOptions& o, const Clock& clock, Logger& logger) {
     j["token_ids"] = result->tokens;
     j["finish_reason"] = engine::finish_reason_name(result->finish_reason);
     j["seed"] = request.sampling.seed;
-    j["stats"] = {{"prompt_tokens", s.prompt_tokens}, {"generated_tokens", s.generated_tokens},
+    if (result->kv_dump) j["kv_dump"] = engine::format_kv_dump(*result->kv_dump);
+    j["stats"] = {{"prompt_tokens", s.prompt_tokens}, {"cached_tokens", s.cached_tokens}, {"generated_tokens", s.generated_tokens},
                   {"ttft_ms", s.ttft_s * 1e3}, {"prefill_tps", s.prefill_tps()}, {"decode_tps", s.decode_tps()},
                   {"kv_blocks_used", s.kv_blocks_used}, {"kv_block_size", eng.kv_layout().block_size}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -93,8 +135,10 @@ int run(const RunOptions& o, const Clock& clock, Logger& logger) {
   std::printf("generated tokens %lld (%s)\n", static_cast<long long>(s.generated_tokens),
               engine::finish_reason_name(result->finish_reason));
   std::printf("decode           %.1f tokens/s\n", s.decode_tps());
-  std::printf("KV blocks used   %lld of %lld (block size %lld)\n", static_cast<long long>(s.kv_blocks_used),
-              static_cast<long long>(eng.kv_plan().num_blocks), static_cast<long long>(eng.kv_layout().block_size));
+  std::printf("KV blocks used   %lld of %lld (block size %lld), prompt tokens from cache %lld\n",
+              static_cast<long long>(s.kv_blocks_used), static_cast<long long>(eng.kv_plan().num_blocks),
+              static_cast<long long>(eng.kv_layout().block_size), static_cast<long long>(s.cached_tokens));
+  if (result->kv_dump) std::printf("\nKV cache of the sequence: %s", engine::format_kv_dump(*result->kv_dump).c_str());
   return 0;
 }
 
@@ -116,6 +160,10 @@ void register_run(CLI::App& app, const Clock& clock, Logger& logger, int& exit_c
   cmd->add_flag("--json", options->json, "print one JSON object instead of streaming text");
   cmd->add_flag("--no-bos", options->no_bos, "do not prepend BOS");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "do not stop at end-of-text tokens");
+  cmd->add_option("--parallel", options->parallel, "samples of the prompt sharing its KV blocks (seeds seed..seed+K-1)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_flag("--kv-dump", options->kv_dump, "print each sequence's block table, ref counts, hashes and K values");
+  cmd->add_option("--cache-salt", options->cache_salt, "prefix-cache entries are shared only within one salt");
   cmd->callback([options, &clock, &logger, &exit_code] { exit_code = run(*options, clock, logger); });
 }
 

@@ -23,6 +23,8 @@ struct EngineOptions {
   int64_t ctx_size = 0;
   int64_t batch_size = 512;
   bool verbose = false;
+  bool no_prefix_cache = false;
+  std::string eviction = "lru";
 };
 
 void add_engine_options(CLI::App& app, EngineOptions& options);

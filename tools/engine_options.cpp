@@ -1,5 +1,6 @@
 #include <cstdio>
 
+#include "kvcache/eviction.h"
 #include "kvcache/kv_layout.h"
 #include "model/llama_model.h"
 #include "tools/commands.h"
@@ -20,6 +21,9 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_option("-c,--ctx-size", o.ctx_size, "context length (default: the model's)");
   app.add_option("-b,--batch-size", o.batch_size, "rows per forward pass (prefill chunk)")->check(CLI::Range(1, 65536));
   app.add_flag("-v,--verbose", o.verbose, "log more");
+  app.add_flag("--no-prefix-cache", o.no_prefix_cache, "do not reuse cached KV of earlier prompts");
+  app.add_option("--eviction", o.eviction, "which cached KV blocks go first when memory is needed")
+      ->check(CLI::IsMember({"lru", "lfu", "priority"}));
 }
 
 Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
@@ -36,6 +40,8 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
   const auto kv_layout = kernels::kv_layout_from_name(o.kv_layout);
   if (!kv_layout) return Status::error("unknown --kv-layout '" + o.kv_layout + "' (nd, nz)");
   config.kv_layout = *kv_layout;
+  config.enable_prefix_caching = !o.no_prefix_cache;
+  config.eviction = *kvcache::eviction_policy_from_name(o.eviction);
   if (config.kv_layout == kernels::KvLayoutKind::kNZ) {  // fail before loading the model
     if (kernels::kv_dtype_is_quantized(config.kv_dtype)) {
       return Status::error("--kv-layout nz needs --kv-dtype f32, f16 or bf16, not " + o.kv_dtype);

@@ -13,6 +13,24 @@ const char* finish_reason_name(FinishReason reason) {
   return "?";
 }
 
+uint64_t model_fingerprint(const model::GgufFile& file) {
+  // Metadata, tensor headers and the first and last bytes of every tensor: two different
+  // models (or quantizations) never share prefix-cache entries.
+  uint64_t h = 0x9a60da;
+  for (const auto& [key, value] : file.metadata()) {
+    h = kvcache::hash_string(key + "=" + value.to_display_string(), h);
+  }
+  for (const model::GgufTensorInfo& t : file.tensors()) {
+    h = kvcache::hash_string(t.name + ":" + std::to_string(t.ggml_type) + ":" + std::to_string(t.bytes), h);
+    const uint8_t* data = file.tensor_data(t);
+    if (data == nullptr || t.bytes == 0) continue;
+    const size_t edge = std::min<size_t>(256, t.bytes);
+    h = kvcache::xxhash64(data, edge, h);
+    h = kvcache::xxhash64(data + t.bytes - edge, edge, h);
+  }
+  return h;
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::LlamaModel> model, const EngineConfig& config,
                                                const Clock& clock, const Logger& logger) {
   CHECK(model != nullptr);
@@ -45,7 +63,14 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   PAGODA_ASSIGN_OR_RETURN(e->plan_, kvcache::plan_kv_pool(layout, budget));
   PAGODA_ASSIGN_OR_RETURN(kvcache::BlockPool pool, kvcache::BlockPool::create(layout, e->plan_.num_blocks));
   e->pool_ = std::make_unique<kvcache::BlockPool>(std::move(pool));
-  e->blocks_ = std::make_unique<kvcache::BlockManager>(*e->pool_);
+  kvcache::BlockManagerOptions manager_options;
+  manager_options.eviction = config.eviction;
+  e->blocks_ = std::make_unique<kvcache::BlockManager>(*e->pool_, manager_options);
+  e->config_ = config;
+  e->model_fingerprint_ = model_fingerprint(model->file());
+  e->kv_format_key_ = kvcache::hash_string(std::string(kernels::kv_dtype_name(layout.dtype)) + "/" +
+                                           std::string(kernels::kv_layout_name(layout.layout)) + "/" +
+                                           std::to_string(layout.block_size));
   for (int64_t l = 0; l < mc.n_layer; ++l) e->kv_views_.push_back(e->pool_->layer_view(l));
   logger.info(kvcache::describe_kv_pool(layout, e->plan_));
 
@@ -53,7 +78,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   e->pool_threads_ = std::make_unique<ThreadPool>(threads);
   e->model_ = std::move(model);
   e->forward_ = std::make_unique<model::ForwardPass>(*e->model_, *e->pool_threads_, e->max_batch_tokens_, e->max_context_);
+  e->tokens_.resize(e->max_batch_tokens_);
   e->positions_.resize(e->max_batch_tokens_);
+  e->spans_.resize(e->max_batch_tokens_);
   e->slots_.resize(e->max_batch_tokens_);
   e->logit_rows_.resize(e->max_batch_tokens_);
   e->logits_.resize(e->max_batch_tokens_ * mc.n_vocab);
@@ -72,98 +99,6 @@ Status Engine::check_fits(int64_t total_tokens) const {
   return Status::ok();
 }
 
-Status Engine::forward_chunk(kvcache::SeqId seq, std::span<const int32_t> tokens, int64_t first_pos, bool want_logits,
-                             bool all_rows, float* logits_out) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  CHECK(n > 0 && n <= max_batch_tokens_);
-  if (!blocks_->append(seq, n, std::span<int64_t>(slots_.data(), n))) {
-    return Status::error("out of KV cache blocks (" + std::to_string(pool_->num_free()) + " free)");
-  }
-  for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(first_pos + i);
-  int64_t n_rows = 0;
-  if (want_logits) {
-    if (all_rows) {
-      for (int64_t i = 0; i < n; ++i) logit_rows_[n_rows++] = i;
-    } else {
-      logit_rows_[n_rows++] = n - 1;
-    }
-  }
-  const std::vector<int32_t>& table = blocks_->block_table(seq);
-  kernels::SeqSpan span{0, n, table.data(), static_cast<int64_t>(table.size())};
-  model::Batch batch;
-  batch.tokens = tokens;
-  batch.positions = std::span<const int32_t>(positions_.data(), n);
-  batch.slot_mapping = std::span<const int64_t>(slots_.data(), n);
-  batch.seqs = std::span<const kernels::SeqSpan>(&span, 1);
-  batch.logit_rows = std::span<const int64_t>(logit_rows_.data(), n_rows);
-  forward_->forward(batch, kv_views_, logits_out);
-  return Status::ok();
-}
-
-Result<GenerateResult> Engine::generate(const GenerateRequest& request, const TokenCallback& on_token) {
-  const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
-  const int64_t n_vocab = model_->config().n_vocab;
-  if (n_prompt == 0) return Status::error("empty prompt: at least one token (e.g. BOS) is needed");
-  if (request.max_new_tokens < 0) return Status::error("max_new_tokens must be >= 0");
-  for (int32_t id : request.prompt) {
-    if (id < 0 || id >= n_vocab) return Status::error("prompt token id " + std::to_string(id) + " outside the vocabulary");
-  }
-  PAGODA_RETURN_IF_ERROR(request.sampling.validate());
-  // The last generated token is returned, never fed back, so it needs no KV slot.
-  PAGODA_RETURN_IF_ERROR(check_fits(n_prompt + std::max<int64_t>(0, request.max_new_tokens - 1)));
-
-  GenerateResult result;
-  result.stats.prompt_tokens = n_prompt;
-  const int64_t t_start = clock_->now_ns();
-  const kvcache::SeqId seq = blocks_->add_sequence(n_prompt + request.max_new_tokens);
-  struct SeqGuard {  // frees the sequence's blocks on every path out
-    kvcache::BlockManager& blocks;
-    kvcache::SeqId seq;
-    ~SeqGuard() { blocks.free_sequence(seq); }
-  } guard{*blocks_, seq};
-
-  float* logits = logits_.data();
-  for (int64_t begin = 0; begin < n_prompt; begin += max_batch_tokens_) {
-    const int64_t n = std::min(max_batch_tokens_, n_prompt - begin);
-    const bool last = begin + n == n_prompt;
-    PAGODA_RETURN_IF_ERROR(forward_chunk(seq, std::span<const int32_t>(request.prompt).subspan(begin, n), begin, last,
-                                         false, logits));
-  }
-  const int64_t t_prefill = clock_->now_ns();
-  result.stats.prefill_s = (t_prefill - t_start) * 1e-9;
-  result.stats.kv_blocks_used = static_cast<int64_t>(blocks_->block_table(seq).size());
-  if (request.max_new_tokens == 0) return result;
-
-  Sampler sampler(request.sampling, n_vocab);
-  std::vector<int32_t> history(request.prompt);
-  history.reserve(n_prompt + request.max_new_tokens);
-  int64_t t_first = 0;
-  for (int64_t i = 0; i < request.max_new_tokens; ++i) {
-    const int32_t token = sampler.sample(std::span<float>(logits, n_vocab), history);
-    if (i == 0) {
-      t_first = clock_->now_ns();
-      result.stats.ttft_s = (t_first - t_start) * 1e-9;
-    }
-    result.tokens.push_back(token);
-    history.push_back(token);
-    if (on_token && !on_token(token)) {
-      result.finish_reason = FinishReason::kAborted;
-      break;
-    }
-    if (std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(), token) != request.stop_token_ids.end()) {
-      result.finish_reason = FinishReason::kStop;
-      break;
-    }
-    if (i + 1 == request.max_new_tokens) break;
-    PAGODA_RETURN_IF_ERROR(forward_chunk(seq, std::span<const int32_t>(&history.back(), 1),
-                                         static_cast<int64_t>(history.size()) - 1, true, false, logits));
-  }
-  result.stats.generated_tokens = static_cast<int64_t>(result.tokens.size());
-  result.stats.decode_s = (clock_->now_ns() - t_first) * 1e-9;
-  result.stats.kv_blocks_used = static_cast<int64_t>(blocks_->block_table(seq).size());
-  return result;
-}
-
 Result<std::vector<float>> Engine::score(std::span<const int32_t> tokens) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t n_vocab = model_->config().n_vocab;
@@ -172,18 +107,62 @@ Result<std::vector<float>> Engine::score(std::span<const int32_t> tokens) {
     if (id < 0 || id >= n_vocab) return Status::error("token id " + std::to_string(id) + " outside the vocabulary");
   }
   PAGODA_RETURN_IF_ERROR(check_fits(n));
-  const kvcache::SeqId seq = blocks_->add_sequence(n);
-  struct SeqGuard {
-    kvcache::BlockManager& blocks;
-    kvcache::SeqId seq;
-    ~SeqGuard() { blocks.free_sequence(seq); }
-  } guard{*blocks_, seq};
+  SequenceGuard guard(*blocks_, blocks_->add_sequence(n, {kv_namespace(""), 0}));
   std::vector<float> out(n * n_vocab);
   for (int64_t begin = 0; begin < n; begin += max_batch_tokens_) {
     const int64_t len = std::min(max_batch_tokens_, n - begin);
-    PAGODA_RETURN_IF_ERROR(forward_chunk(seq, tokens.subspan(begin, len), begin, true, true, out.data() + begin * n_vocab));
+    const StepSeq chunk{guard.seq(), tokens.subspan(begin, len)};
+    PAGODA_RETURN_IF_ERROR(step(std::span<const StepSeq>(&chunk, 1), true, out.data() + begin * n_vocab));
   }
   return out;
+}
+
+const kvcache::KvNamespace& Engine::kv_namespace(const std::string& cache_salt) {
+  ns_scratch_.model_fingerprint = model_fingerprint_;
+  ns_scratch_.kv_format = kv_format_key_;
+  ns_scratch_.cache_salt = cache_salt.empty() ? 0 : kvcache::hash_string(cache_salt, 0x5a17);
+  return ns_scratch_;
+}
+
+Status Engine::step(std::span<const StepSeq> seqs, bool all_rows, float* logits_out) {
+  int64_t n = 0;
+  for (const StepSeq& s : seqs) n += static_cast<int64_t>(s.tokens.size());
+  CHECK(n > 0 && n <= max_batch_tokens_) << "step of " << n << " rows, max " << max_batch_tokens_;
+  copies_.clear();
+  int64_t row = 0, n_logit_rows = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const StepSeq& s = seqs[i];
+    const int64_t len = static_cast<int64_t>(s.tokens.size());
+    const int64_t first_pos = blocks_->length(s.seq);
+    if (!blocks_->append(s.seq, s.tokens, std::span<int64_t>(slots_.data() + row, len), copies_)) {
+      return Status::error("out of KV cache blocks (" + std::to_string(blocks_->num_available_blocks()) +
+                           " available; raise --kv-cache-mem)");
+    }
+    for (int64_t j = 0; j < len; ++j) {
+      tokens_[row + j] = s.tokens[j];
+      positions_[row + j] = static_cast<int32_t>(first_pos + j);
+      if (logits_out != nullptr && (all_rows || j == len - 1)) logit_rows_[n_logit_rows++] = row + j;
+    }
+    spans_[i] = kernels::SeqSpan{row, len, nullptr, 0};
+    row += len;
+  }
+  // Tables are final only after every append (an append may reallocate nothing, but a
+  // copy-on-write replaces the last block id), so bind them now.
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const std::vector<int32_t>& table = blocks_->block_table(seqs[i].seq);
+    spans_[i].block_table = table.data();
+    spans_[i].num_blocks = static_cast<int64_t>(table.size());
+  }
+  for (const kvcache::BlockCopy& c : copies_) pool_->copy_block(c.src_block, c.dst_block);
+  model::Batch batch;
+  batch.tokens = std::span<const int32_t>(tokens_.data(), n);
+  batch.positions = std::span<const int32_t>(positions_.data(), n);
+  batch.slot_mapping = std::span<const int64_t>(slots_.data(), n);
+  batch.seqs = std::span<const kernels::SeqSpan>(spans_.data(), seqs.size());
+  batch.logit_rows = std::span<const int64_t>(logit_rows_.data(), n_logit_rows);
+  forward_->forward(batch, kv_views_, logits_out);
+  for (const StepSeq& s : seqs) blocks_->commit(s.seq);
+  return Status::ok();
 }
 
 }  // namespace pagoda::engine

@@ -1,15 +1,20 @@
 // Engine: a model, its paged KV cache and the step loop that turns prompts into tokens.
 //
-// Today it runs one request at a time (`generate`): the prompt is prefilled in chunks of up
-// to max_batch_tokens rows (matrix-matrix), then tokens are decoded one per step
-// (matrix-vector), each step writing its K/V through the block table's slot mapping.
-// Continuous batching (many sequences per step) extends `step` without changing the model
-// or the cache interfaces.
+// Today it runs one request at a time (`generate`): the longest cached prefix of the prompt
+// is adopted from the prefix cache (kvcache::BlockManager), the rest is prefilled in chunks of
+// up to max_batch_tokens rows (matrix-matrix), then tokens are decoded one per step
+// (matrix-vector), each step writing its K/V through the block table's slot mapping and
+// committing full blocks to the cache. `generate_parallel` forks the prompt's sequence into n
+// samples that share its blocks (copy-on-write) and decodes them together, one row each per
+// step (a ragged batch). Continuous batching of requests extends the same step.
 //
 // Sequence states: waiting -> prefilling (chunks) -> decoding -> finished | aborted.
 #pragma once
 
 #include <functional>
+#include <utility>
+#include <optional>
+#include <string>
 #include <memory>
 #include <optional>
 #include <span>
@@ -33,6 +38,8 @@ struct EngineConfig {
   kernels::KvLayoutKind kv_layout = kernels::KvLayoutKind::kND;  // kNZ: unquantized, block_size % 16 == 0
   int64_t max_batch_tokens = 512;        // rows per forward pass (prefill chunk)
   int64_t max_context = 0;               // 0: the model's training context
+  bool enable_prefix_caching = true;     // reuse cached KV of earlier prompts' full blocks
+  kvcache::EvictionPolicyKind eviction = kvcache::EvictionPolicyKind::kLru;
 };
 
 struct GenerateRequest {
@@ -40,6 +47,9 @@ struct GenerateRequest {
   int64_t max_new_tokens = 128;
   SamplingParams sampling = SamplingParams::greedy();
   std::vector<int32_t> stop_token_ids;   // generation ends after emitting one of these
+  std::string cache_salt;                // prefix-cache entries are shared only within one salt
+  int32_t priority = 0;                  // eviction priority of its cached blocks (higher kept longer)
+  bool dump_kv = false;                  // fill GenerateResult::kv_dump before releasing the blocks
 };
 
 enum class FinishReason { kLength, kStop, kAborted };
@@ -52,15 +62,58 @@ struct GenerateStats {
   double prefill_s = 0;   // prompt forward passes
   double decode_s = 0;    // after the first token
   int64_t kv_blocks_used = 0;
+  int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
   double prefill_tps() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
   double decode_tps() const { return decode_s > 0 ? (generated_tokens - 1) / decode_s : 0; }
 };
+
+// What the KV cache holds for one sequence (the first place to look when output goes wrong).
+struct KvBlockDump {
+  int32_t block_id = -1;
+  int32_t ref_count = 0;
+  std::string state;          // "in use", "cached", "free"
+  uint64_t hash = 0;          // chained block hash, 0 if not registered in the prefix index
+  std::vector<float> k_head0; // layer 0, kv head 0, the block's first slot: first values of K
+};
+struct SequenceDump {
+  int64_t length = 0;         // cache position
+  std::vector<KvBlockDump> blocks;
+};
+std::string format_kv_dump(const SequenceDump& dump);
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (the stop token included, if any)
   FinishReason finish_reason = FinishReason::kLength;
   GenerateStats stats;
+  std::optional<SequenceDump> kv_dump;  // when the request asked for it
 };
+
+struct ParallelResult {
+  std::vector<GenerateResult> samples;  // sample i drew with seed + i
+  int64_t kv_blocks_shared = 0;         // distinct blocks the samples held at the end
+  int64_t kv_blocks_independent = 0;    // blocks n independent runs would have held
+};
+
+// Frees a sequence's blocks on every path out of a scope.
+class SequenceGuard {
+ public:
+  SequenceGuard(kvcache::BlockManager& blocks, kvcache::SeqId seq) : blocks_(&blocks), seq_(seq) {}
+  SequenceGuard(SequenceGuard&& other) noexcept : blocks_(std::exchange(other.blocks_, nullptr)), seq_(other.seq_) {}
+  SequenceGuard(const SequenceGuard&) = delete;
+  SequenceGuard& operator=(const SequenceGuard&) = delete;
+  SequenceGuard& operator=(SequenceGuard&&) = delete;
+  ~SequenceGuard() {
+    if (blocks_ != nullptr) blocks_->free_sequence(seq_);
+  }
+  kvcache::SeqId seq() const { return seq_; }
+
+ private:
+  kvcache::BlockManager* blocks_;
+  kvcache::SeqId seq_;
+};
+
+// Hash of a model file's identity (metadata, tensor headers, edge bytes of every tensor).
+uint64_t model_fingerprint(const model::GgufFile& file);
 
 class Engine {
  public:
@@ -74,6 +127,12 @@ class Engine {
 
   Result<GenerateResult> generate(const GenerateRequest& request, const TokenCallback& on_token = nullptr);
 
+  // n samples of one prompt, forked after the prefill so they share its blocks. Sample i uses
+  // seed + i, so it equals generate() with that seed. on_token(i, token) may abort all.
+  using SampleCallback = std::function<bool(int sample, int32_t token)>;
+  Result<ParallelResult> generate_parallel(const GenerateRequest& request, int n,
+                                           const SampleCallback& on_token = nullptr);
+
   // Logits after every position of `tokens`: [tokens.size(), n_vocab]. Uses the KV cache
   // like a prompt and frees it afterwards.
   Result<std::vector<float>> score(std::span<const int32_t> tokens);
@@ -83,16 +142,25 @@ class Engine {
   const kvcache::KvLayout& kv_layout() const { return pool_->layout(); }
   const kvcache::KvPoolPlan& kv_plan() const { return plan_; }
   kvcache::BlockManager& block_manager() { return *blocks_; }
+  const kvcache::KvNamespace& kv_namespace(const std::string& cache_salt);  // for tests
   int64_t max_context() const { return max_context_; }
   int num_threads() const { return pool_threads_->num_threads(); }
 
  private:
   Engine() = default;
-  // Runs rows [begin, end) of `tokens` of sequence `seq` through the model; when want_logits,
-  // logits_ receives the last row's logits (all rows' when all_rows).
-  Status forward_chunk(kvcache::SeqId seq, std::span<const int32_t> tokens, int64_t first_pos,
-                       bool want_logits, bool all_rows, float* logits_out);
+  struct StepSeq {
+    kvcache::SeqId seq;
+    std::span<const int32_t> tokens;  // appended at the sequence's current length
+  };
+  // One forward pass over the new tokens of several sequences: appends them (slots, copy-on-
+  // write copies), runs the model, commits the blocks. logits_out gets the last row of each
+  // sequence ([seqs.size(), n_vocab]), or every row when all_rows, or nothing when null.
+  Status step(std::span<const StepSeq> seqs, bool all_rows, float* logits_out);
   Status check_fits(int64_t total_tokens) const;
+  Status validate_request(const GenerateRequest& request) const;
+  // Adopts the cached prefix (if enabled) and prefills the rest; logits_out gets the last row.
+  Result<kvcache::SeqId> admit_and_prefill(const GenerateRequest& request, GenerateStats& stats, float* logits_out);
+  SequenceDump dump_sequence(kvcache::SeqId seq) const;
 
   std::shared_ptr<const model::LlamaModel> model_;
   const Clock* clock_ = nullptr;
@@ -104,9 +172,16 @@ class Engine {
   std::unique_ptr<kvcache::BlockPool> pool_;
   std::unique_ptr<kvcache::BlockManager> blocks_;
   std::unique_ptr<model::ForwardPass> forward_;
+  EngineConfig config_;
+  uint64_t model_fingerprint_ = 0;
+  uint64_t kv_format_key_ = 0;
+  kvcache::KvNamespace ns_scratch_;
   std::vector<kernels::KvLayerView> kv_views_;  // [n_layer]
   // Step scratch, sized at creation.
+  std::vector<int32_t> tokens_;       // [max_batch_tokens]
   std::vector<int32_t> positions_;    // [max_batch_tokens]
+  std::vector<kernels::SeqSpan> spans_;          // [max_batch_tokens]
+  std::vector<kvcache::BlockCopy> copies_;      // copy-on-write copies of one step
   std::vector<int64_t> slots_;        // [max_batch_tokens]
   std::vector<int64_t> logit_rows_;   // [max_batch_tokens]
   std::vector<float> logits_;         // [max_batch_tokens, n_vocab]

@@ -23,6 +23,14 @@ inline int32_t block_at(const SeqSpan& seq, int64_t index) {
   return seq.block_table[index];
 }
 
+// Prefetches the row kPrefetchRows positions after (block j, row r), maybe in the next block.
+constexpr int64_t kPrefetchRows = 4;
+inline void prefetch_ahead(const detail::KvRowReader& reader, const SeqSpan& seq, int64_t j, int64_t r, int64_t B,
+                           int64_t n_ctx) {
+  const int64_t p = j * B + r + kPrefetchRows;
+  if (p < n_ctx) reader.prefetch(seq.block_table[p / B], p % B);
+}
+
 }  // namespace
 
 AttentionScratch::AttentionScratch(int num_threads, int64_t max_context, int64_t head_dim)
@@ -70,7 +78,10 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
         for (int64_t j = 0; j < n_blocks; ++j) {
           k_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
           const int64_t rows = std::min(B, n_ctx - j * B);
-          for (int64_t r = 0; r < rows; ++r) ops.dot_group(k_rows.row(r), qh, g, hd, params.scale, scores + j * B + r, max_ctx);
+          for (int64_t r = 0; r < rows; ++r) {
+            prefetch_ahead(k_rows, seq, j, r, B, n_ctx);
+            ops.dot_group(k_rows.row(r), qh, g, hd, params.scale, scores + j * B + r, max_ctx);
+          }
         }
         float inv[AttentionScratch::kMaxGroup];
         for (int64_t gi = 0; gi < g; ++gi) {
@@ -88,6 +99,7 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
           v_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
           const int64_t rows = std::min(B, n_ctx - j * B);
           for (int64_t r = 0; r < rows; ++r) {
+            prefetch_ahead(v_rows, seq, j, r, B, n_ctx);
             float w[AttentionScratch::kMaxGroup];
             for (int64_t gi = 0; gi < g; ++gi) w[gi] = scores[gi * max_ctx + j * B + r] * inv[gi];
             ops.axpy_group(w, v_rows.row(r), g, hd, acc);

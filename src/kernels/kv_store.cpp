@@ -1,5 +1,6 @@
 #include "kernels/kv_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
@@ -310,9 +311,14 @@ KvLayerBuffer::KvLayerBuffer(KvDType dtype, KvLayoutKind layout, int64_t num_blo
   view_.block_size = block_size;
   view_.n_kv_head = n_kv_head;
   view_.head_dim = head_dim;
-  k_.resize((num_blocks * view_.k_block_bytes() + 7) / 8 + 1);
-  v_.resize((num_blocks * view_.v_block_bytes() + 7) / 8 + 1);
-  stage_.resize((kv_stage_bytes(dtype, block_size, n_kv_head, head_dim, stage_slots) + 7) / 8 + 1);
+  auto allocate = [](int64_t bytes) {
+    auto buffer = AlignedBuffer::allocate(static_cast<size_t>(std::max<int64_t>(bytes, 8)));
+    CHECK(buffer.is_ok()) << buffer.status().message();
+    return std::move(buffer).value();
+  };
+  k_ = allocate(num_blocks * view_.k_block_bytes());
+  v_ = allocate(num_blocks * view_.v_block_bytes());
+  stage_ = allocate(kv_stage_bytes(dtype, block_size, n_kv_head, head_dim, stage_slots));
   view_.k = k_.data();
   view_.v = v_.data();
   view_.stage = kv_stage_bind(stage_.data(), dtype, block_size, n_kv_head, head_dim, stage_slots);

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/buffer.h"
 #include "kernels/kv_format.h"
 
 namespace pagoda::kernels {
@@ -105,7 +106,7 @@ class KvLayerBuffer {
   const KvLayerView& view() const { return view_; }
 
  private:
-  std::vector<uint64_t> k_, v_, stage_;  // raw bytes, 8-byte aligned
+  AlignedBuffer k_, v_, stage_;  // page-aligned (huge pages where the OS gives them), zeroed
   KvLayerView view_;
 };
 

@@ -1,0 +1,180 @@
+// Engine::generate and generate_parallel: admission through the prefix cache, chunked
+// prefill, forks for parallel samples, the decode loop, and the KV dump.
+#include <algorithm>
+#include <cstdio>
+
+#include "engine/engine.h"
+#include "kernels/kv_read.h"
+
+namespace pagoda::engine {
+
+Status Engine::validate_request(const GenerateRequest& request) const {
+  const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
+  const int64_t n_vocab = model_->config().n_vocab;
+  if (n_prompt == 0) return Status::error("empty prompt: at least one token (e.g. BOS) is needed");
+  if (request.max_new_tokens < 0) return Status::error("max_new_tokens must be >= 0");
+  for (int32_t id : request.prompt) {
+    if (id < 0 || id >= n_vocab) return Status::error("prompt token id " + std::to_string(id) + " outside the vocabulary");
+  }
+  PAGODA_RETURN_IF_ERROR(request.sampling.validate());
+  // The last generated token is returned, never fed back, so it needs no KV slot.
+  return check_fits(n_prompt + std::max<int64_t>(0, request.max_new_tokens - 1));
+}
+
+Result<kvcache::SeqId> Engine::admit_and_prefill(const GenerateRequest& request, GenerateStats& stats,
+                                                 float* logits_out) {
+  const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
+  const kvcache::KvNamespace ns = kv_namespace(request.cache_salt);
+  kvcache::PrefixMatch hit;
+  if (config_.enable_prefix_caching) hit = blocks_->match_prefix(request.prompt, ns);
+  if (!blocks_->plan(hit, n_prompt).fits()) {
+    return Status::error("the prompt needs more KV blocks than are available (" +
+                         std::to_string(blocks_->num_available_blocks()) + "; raise --kv-cache-mem)");
+  }
+  const kvcache::SeqId seq = blocks_->add_sequence(n_prompt + request.max_new_tokens, {ns, request.priority});
+  if (!hit.empty()) blocks_->adopt(seq, std::move(hit));
+  stats.cached_tokens = blocks_->length(seq);
+  for (int64_t begin = stats.cached_tokens; begin < n_prompt; begin += max_batch_tokens_) {
+    const int64_t n = std::min(max_batch_tokens_, n_prompt - begin);
+    const bool last = begin + n == n_prompt;
+    const StepSeq chunk{seq, std::span<const int32_t>(request.prompt).subspan(begin, n)};
+    Status s = step(std::span<const StepSeq>(&chunk, 1), false, last ? logits_out : nullptr);
+    if (!s.is_ok()) {
+      blocks_->free_sequence(seq);
+      return s;
+    }
+  }
+  return seq;
+}
+
+Result<GenerateResult> Engine::generate(const GenerateRequest& request, const TokenCallback& on_token) {
+  SampleCallback per_sample = nullptr;
+  if (on_token) per_sample = [&](int, int32_t token) { return on_token(token); };
+  PAGODA_ASSIGN_OR_RETURN(ParallelResult result, generate_parallel(request, 1, per_sample));
+  return std::move(result.samples[0]);
+}
+
+Result<ParallelResult> Engine::generate_parallel(const GenerateRequest& request, int n, const SampleCallback& on_token) {
+  if (n < 1 || n > max_batch_tokens_) {
+    return Status::error("parallel samples must be in [1, " + std::to_string(max_batch_tokens_) + "]");
+  }
+  PAGODA_RETURN_IF_ERROR(validate_request(request));
+  const int64_t n_vocab = model_->config().n_vocab;
+  const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
+  ParallelResult out;
+  out.samples.resize(n);
+  const int64_t t_start = clock_->now_ns();
+  GenerateStats prompt_stats;
+  prompt_stats.prompt_tokens = n_prompt;
+  float* logits = logits_.data();  // [n, n_vocab]: row i is sample i's next-token logits
+  PAGODA_ASSIGN_OR_RETURN(kvcache::SeqId first, admit_and_prefill(request, prompt_stats, logits));
+  std::vector<SequenceGuard> guards;
+  guards.emplace_back(*blocks_, first);
+  for (int i = 1; i < n; ++i) {
+    guards.emplace_back(*blocks_, blocks_->fork(first));
+    std::copy(logits, logits + n_vocab, logits + i * n_vocab);
+  }
+  prompt_stats.prefill_s = (clock_->now_ns() - t_start) * 1e-9;
+  prompt_stats.kv_blocks_used = static_cast<int64_t>(blocks_->block_table(first).size());
+
+  std::vector<Sampler> samplers;
+  std::vector<std::vector<int32_t>> histories(n, request.prompt);
+  for (int i = 0; i < n; ++i) {
+    SamplingParams p = request.sampling;
+    p.seed = request.sampling.seed + static_cast<uint64_t>(i);
+    samplers.emplace_back(p, n_vocab);
+    histories[i].reserve(n_prompt + request.max_new_tokens);
+    out.samples[i].stats = prompt_stats;
+  }
+  std::vector<int> active(n);  // samples still decoding, in order
+  for (int i = 0; i < n; ++i) active[i] = i;
+  std::vector<StepSeq> step_seqs;
+  step_seqs.reserve(n);
+  int64_t t_first = 0;
+  for (int64_t k = 0; k < request.max_new_tokens && !active.empty(); ++k) {
+    std::vector<int> still;
+    for (size_t a = 0; a < active.size(); ++a) {
+      const int i = active[a];
+      GenerateResult& r = out.samples[i];
+      const int32_t token = samplers[i].sample(std::span<float>(logits + a * n_vocab, n_vocab), histories[i]);
+      if (k == 0 && i == 0) t_first = clock_->now_ns();
+      if (k == 0) r.stats.ttft_s = (clock_->now_ns() - t_start) * 1e-9;
+      r.tokens.push_back(token);
+      histories[i].push_back(token);
+      if (on_token && !on_token(i, token)) {
+        for (GenerateResult& s : out.samples) s.finish_reason = FinishReason::kAborted;
+        active.clear();
+        still.clear();
+        break;
+      }
+      const auto& stops = request.stop_token_ids;
+      if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+        r.finish_reason = FinishReason::kStop;
+      } else if (k + 1 < request.max_new_tokens) {
+        still.push_back(i);
+      }
+    }
+    active = std::move(still);
+    if (active.empty()) break;
+    step_seqs.clear();
+    for (int i : active) step_seqs.push_back({guards[i].seq(), std::span<const int32_t>(&histories[i].back(), 1)});
+    PAGODA_RETURN_IF_ERROR(step(step_seqs, false, logits));
+  }
+  const double decode_s = (clock_->now_ns() - t_first) * 1e-9;
+  std::vector<char> seen(pool_->num_blocks(), 0);
+  for (int i = 0; i < n; ++i) {
+    GenerateResult& r = out.samples[i];
+    r.stats.generated_tokens = static_cast<int64_t>(r.tokens.size());
+    r.stats.decode_s = decode_s;
+    const std::vector<int32_t>& table = blocks_->block_table(guards[i].seq());
+    r.stats.kv_blocks_used = static_cast<int64_t>(table.size());
+    out.kv_blocks_independent += r.stats.kv_blocks_used;
+    for (int32_t b : table) {
+      if (!seen[b]) ++out.kv_blocks_shared;
+      seen[b] = 1;
+    }
+    if (request.dump_kv) r.kv_dump = dump_sequence(guards[i].seq());
+  }
+  return out;
+}
+
+SequenceDump Engine::dump_sequence(kvcache::SeqId seq) const {
+  SequenceDump dump;
+  dump.length = blocks_->length(seq);
+  const kernels::KvLayerView& layer0 = kv_views_[0];
+  for (int32_t b : blocks_->block_table(seq)) {
+    KvBlockDump d;
+    d.block_id = b;
+    d.ref_count = pool_->ref_count(b);
+    switch (pool_->state(b)) {
+      case kvcache::BlockState::kFree: d.state = "free"; break;
+      case kvcache::BlockState::kInUse: d.state = "in use"; break;
+      case kvcache::BlockState::kCached: d.state = "cached"; break;
+    }
+    if (blocks_->index().contains(b)) d.hash = blocks_->index().hash(b);
+    d.k_head0.resize(std::min<int64_t>(4, layer0.head_dim));
+    kernels::kv_read_k(layer0, static_cast<int64_t>(b) * layer0.block_size, 0, d.k_head0.data(),
+                       static_cast<int64_t>(d.k_head0.size()));
+    dump.blocks.push_back(std::move(d));
+  }
+  return dump;
+}
+
+std::string format_kv_dump(const SequenceDump& dump) {
+  std::string out = "length " + std::to_string(dump.length) + ", " + std::to_string(dump.blocks.size()) + " blocks\n";
+  char line[256];
+  for (size_t i = 0; i < dump.blocks.size(); ++i) {
+    const KvBlockDump& b = dump.blocks[i];
+    std::snprintf(line, sizeof(line), "  [%zu] block %d  ref %d  %-7s hash %016llx  K[l0,h0,slot0] =", i, b.block_id,
+                  b.ref_count, b.state.c_str(), static_cast<unsigned long long>(b.hash));
+    out += line;
+    for (float v : b.k_head0) {
+      std::snprintf(line, sizeof(line), " %+.5f", v);
+      out += line;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace pagoda::engine
