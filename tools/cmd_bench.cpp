@@ -17,6 +17,7 @@ struct BenchOptions {
   int64_t n_gen = 128;
   int reps = 5;
   bool json = false;
+  int64_t prefix_ttft = 0;  // > 0: TTFT with a cached prefix of this many tokens vs uncached
 };
 
 double median(std::vector<double> v) {
@@ -25,15 +26,72 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// TTFT of prompts = a shared N-token prefix + a fresh 16-token suffix, with the prefix cached
+// (salt "warm", filled by an untimed request) vs not (a new salt every time: no hit).
+int bench_prefix_ttft(const BenchOptions& o, engine::Engine& eng, const model::Tokenizer& tok) {
+  const int64_t n_vocab = eng.model().config().n_vocab;
+  Rng rng(43);
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> out;
+    while (static_cast<int64_t>(out.size()) < n) {
+      const auto id = static_cast<int32_t>(rng.next_u64() % n_vocab);
+      if (tok.vocab().types[id] == model::TokenType::kNormal) out.push_back(id);
+    }
+    return out;
+  };
+  std::vector<int32_t> prefix = {std::max(0, tok.bos_id())};
+  const std::vector<int32_t> body = random_tokens(o.prefix_ttft - 1);
+  prefix.insert(prefix.end(), body.begin(), body.end());
+  auto make = [&](const std::string& salt) {
+    engine::GenerateRequest r;
+    r.prompt = prefix;
+    const std::vector<int32_t> suffix = random_tokens(16);
+    r.prompt.insert(r.prompt.end(), suffix.begin(), suffix.end());
+    r.max_new_tokens = 1;
+    r.cache_salt = salt;
+    return r;
+  };
+  if (auto warmup = eng.generate(make("warm")); !warmup.is_ok()) return fail(warmup.status());
+  std::vector<double> cold, warm;
+  int64_t cached_tokens = 0;
+  for (int r = 0; r < o.reps; ++r) {
+    auto c = eng.generate(make("cold-" + std::to_string(r)));
+    if (!c.is_ok()) return fail(c.status());
+    auto w = eng.generate(make("warm"));
+    if (!w.is_ok()) return fail(w.status());
+    cold.push_back(c->stats.ttft_s * 1e3);
+    warm.push_back(w->stats.ttft_s * 1e3);
+    cached_tokens = w->stats.cached_tokens;
+  }
+  const double cold_ms = median(cold), warm_ms = median(warm);
+  if (o.json) {
+    nlohmann::json j = {{"model", o.engine.model_path}, {"prefix_tokens", o.prefix_ttft}, {"suffix_tokens", 16},
+                        {"cached_tokens", cached_tokens}, {"ttft_uncached_ms", cold_ms}, {"ttft_cached_ms", warm_ms},
+                        {"ratio", cold_ms / warm_ms}, {"uncached_runs_ms", cold}, {"cached_runs_ms", warm}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("| prompt | prefix cached | TTFT ms (median of %d) |\n|---|---|---:|\n", o.reps);
+  std::printf("| %lld + 16 tokens | no | %.2f |\n", static_cast<long long>(o.prefix_ttft), cold_ms);
+  std::printf("| %lld + 16 tokens | yes (%lld tokens) | %.2f |\n", static_cast<long long>(o.prefix_ttft),
+              static_cast<long long>(cached_tokens), warm_ms);
+  std::printf("TTFT ratio uncached / cached: %.1fx\n", cold_ms / warm_ms);
+  return 0;
+}
+
 int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
   if (!o.engine.verbose) logger.set_level(LogLevel::kWarn);
   EngineOptions eo = o.engine;
-  if (eo.ctx_size == 0) eo.ctx_size = std::max<int64_t>(o.n_prompt, o.n_gen + 1) + 16;
+  // The prefill test repeats one prompt: with the prefix cache on, every rep after the first
+  // would be served from cache. Only the --prefix-ttft test uses it.
+  if (o.prefix_ttft == 0) eo.no_prefix_cache = true;
+  if (eo.ctx_size == 0) eo.ctx_size = std::max<int64_t>({o.n_prompt, o.n_gen + 1, o.prefix_ttft + 17}) + 16;
   auto loaded = load_engine(eo, clock, logger);
   if (!loaded.is_ok()) return fail(loaded.status());
   engine::Engine& eng = *loaded->engine;
   const model::Tokenizer& tok = *loaded->tokenizer;
   const int64_t n_vocab = eng.model().config().n_vocab;
+  if (o.prefix_ttft > 0) return bench_prefix_ttft(o, eng, tok);
 
   // Prompt: random normal tokens (fixed seed), BOS first, as llama-bench does.
   engine::GenerateRequest prefill;
@@ -93,6 +151,8 @@ void register_bench(CLI::App& app, const Clock& clock, Logger& logger, int& exit
   cmd->add_option("-n,--n-gen", options->n_gen, "tokens for the decode test")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("-r,--reps", options->reps, "repetitions (median reported)")->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", options->json, "print one JSON object");
+  cmd->add_option("--prefix-ttft", options->prefix_ttft,
+                  "instead: TTFT of prompts whose first N tokens are cached vs not")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->callback([options, &clock, &logger, &exit_code] { exit_code = bench(*options, clock, logger); });
 }
 

@@ -169,6 +169,31 @@ TEST(Cli, OverLongRequestsAreRefused) {
   expect_clean_error(pagoda("run -m " + stories("stories260K.gguf") + " --kv-cache-mem lots"), "byte size");
 }
 
+TEST(Cli, ParallelSamplesShareBlocksAndKvDumpShowsThem) {
+  const std::string prompt =
+      "'Once upon a time, there was a little girl named Lily. She loved to play outside in the park.'";
+  Output o = pagoda("run -m " + stories("stories260K.gguf") + " -p " + prompt + " -n 12 --temp 1 --seed 5 --parallel 3 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  auto j = nlohmann::json::parse(o.out);
+  ASSERT_EQ(j["samples"].size(), 3u);
+  EXPECT_EQ(j["samples"][1]["seed"], 6);
+  EXPECT_GT(j["kv_blocks_saved"].get<int>(), 0);
+  EXPECT_EQ(j["kv_blocks_independent"].get<int>() - j["kv_blocks_shared"].get<int>(), j["kv_blocks_saved"].get<int>());
+  Output d = pagoda("run -m " + stories("stories260K.gguf") + " -p " + prompt + " -n 4 --temp 0 --kv-dump");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.out.find("KV cache of the sequence: length"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("ref 1  in use  hash"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("K[l0,h0,slot0] ="), std::string::npos) << d.out;
+}
+
+TEST(Cli, BenchPrefixTtftServesThePrefixFromCache) {
+  Output o = pagoda("bench -m " + stories("stories260K.gguf") + " --prefix-ttft 64 -r 1 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  auto j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["cached_tokens"], 64);
+  EXPECT_GT(j["ttft_uncached_ms"].get<double>(), 0.0);
+}
+
 TEST(Cli, PerplexityAndKvQualityAgainstF32) {
   const std::string text = std::string(PAGODA_SOURCE_DIR) + "/tests/data/tinystory.txt";
   Output f32 = pagoda("perplexity -m " + stories("stories260K.gguf") + " -f " + text + " -c 128 --json");
