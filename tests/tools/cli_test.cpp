@@ -9,41 +9,14 @@
 
 #include "model/gguf.h"
 #include "test_data.h"
+#include "tools/run_pagoda.h"
 
 namespace pagoda {
 namespace {
 
-struct Output {
-  int exit_code = -1;
-  bool signaled = false;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-std::string temp_dir() {
-  static const std::string dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("pagoda-cli-test-" + std::to_string(getpid()));
-    std::filesystem::create_directories(d);
-    return d.string();
-  }();
-  return dir;
-}
-
-Output pagoda(const std::string& args) {
-  const std::string err_path = temp_dir() + "/stderr.txt";
-  const std::string cmd = std::string(PAGODA_BIN_DIR) + "/pagoda " + args + " 2>" + err_path;
-  Output o;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.out.append(buf, n);
-  const int status = pclose(p);
-  o.signaled = WIFSIGNALED(status);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  o.err = testing::read_file_or_empty(err_path);
-  return o;
-}
+using testing::Output;
+using testing::pagoda;
+using testing::temp_dir;
 
 std::string stories(const std::string& file) { return testing::stories_dir() + "/" + file; }
 

@@ -1,0 +1,49 @@
+// Runs the built `pagoda` binary as a user would and captures what it prints.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "test_data.h"
+
+namespace pagoda::testing {
+
+struct Output {
+  int exit_code = -1;
+  bool signaled = false;  // killed by a signal (a crash)
+  std::string out;        // stdout
+  std::string err;        // stderr
+};
+
+// A per-process scratch folder.
+inline std::string temp_dir() {
+  static const std::string dir = [] {
+    auto d = std::filesystem::temp_directory_path() / ("pagoda-cli-test-" + std::to_string(getpid()));
+    std::filesystem::create_directories(d);
+    return d.string();
+  }();
+  return dir;
+}
+
+// `args` is appended to the binary's path and run through the shell.
+inline Output pagoda(const std::string& args) {
+  const std::string err_path = temp_dir() + "/stderr.txt";
+  const std::string cmd = std::string(PAGODA_BIN_DIR) + "/pagoda " + args + " 2>" + err_path;
+  Output o;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return o;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.out.append(buf, n);
+  const int status = pclose(p);
+  o.signaled = WIFSIGNALED(status);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.err = read_file_or_empty(err_path);
+  return o;
+}
+
+}  // namespace pagoda::testing
