@@ -64,7 +64,7 @@ struct GenerateStats {
   int64_t kv_blocks_used = 0;
   int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
   double prefill_tps() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
-  double decode_tps() const { return decode_s > 0 ? (generated_tokens - 1) / decode_s : 0; }
+  double decode_tps() const { return decode_s > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_s : 0; }
 };
 
 // What the KV cache holds for one sequence (the first place to look when output goes wrong).

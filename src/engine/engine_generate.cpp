@@ -91,13 +91,17 @@ Result<ParallelResult> Engine::generate_parallel(const GenerateRequest& request,
   std::vector<StepSeq> step_seqs;
   step_seqs.reserve(n);
   int64_t t_first = 0;
+  bool sampled_any = false;
   for (int64_t k = 0; k < request.max_new_tokens && !active.empty(); ++k) {
     std::vector<int> still;
     for (size_t a = 0; a < active.size(); ++a) {
       const int i = active[a];
       GenerateResult& r = out.samples[i];
       const int32_t token = samplers[i].sample(std::span<float>(logits + a * n_vocab, n_vocab), histories[i]);
-      if (k == 0 && i == 0) t_first = clock_->now_ns();
+      if (!sampled_any) {
+        t_first = clock_->now_ns();
+        sampled_any = true;
+      }
       if (k == 0) r.stats.ttft_s = (clock_->now_ns() - t_start) * 1e-9;
       r.tokens.push_back(token);
       histories[i].push_back(token);
@@ -120,7 +124,7 @@ Result<ParallelResult> Engine::generate_parallel(const GenerateRequest& request,
     for (int i : active) step_seqs.push_back({guards[i].seq(), std::span<const int32_t>(&histories[i].back(), 1)});
     PAGODA_RETURN_IF_ERROR(step(step_seqs, false, logits));
   }
-  const double decode_s = (clock_->now_ns() - t_first) * 1e-9;
+  const double decode_s = sampled_any ? (clock_->now_ns() - t_first) * 1e-9 : 0.0;
   std::vector<char> seen(pool_->num_blocks(), 0);
   for (int i = 0; i < n; ++i) {
     GenerateResult& r = out.samples[i];
