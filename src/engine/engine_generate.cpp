@@ -88,12 +88,14 @@ Result<ParallelResult> Engine::generate_parallel(const GenerateRequest& request,
   }
   std::vector<int> active(n);  // samples still decoding, in order
   for (int i = 0; i < n; ++i) active[i] = i;
+  std::vector<int> still;  // next step's active samples (reused: no allocation per step)
+  still.reserve(n);
   std::vector<StepSeq> step_seqs;
   step_seqs.reserve(n);
   int64_t t_first = 0;
   bool sampled_any = false;
   for (int64_t k = 0; k < request.max_new_tokens && !active.empty(); ++k) {
-    std::vector<int> still;
+    still.clear();
     for (size_t a = 0; a < active.size(); ++a) {
       const int i = active[a];
       GenerateResult& r = out.samples[i];
@@ -118,7 +120,7 @@ Result<ParallelResult> Engine::generate_parallel(const GenerateRequest& request,
         still.push_back(i);
       }
     }
-    active = std::move(still);
+    std::swap(active, still);
     if (active.empty()) break;
     step_seqs.clear();
     for (int i : active) step_seqs.push_back({guards[i].seq(), std::span<const int32_t>(&histories[i].back(), 1)});
