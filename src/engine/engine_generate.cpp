@@ -32,7 +32,9 @@ Result<kvcache::SeqId> Engine::admit_and_prefill(const GenerateRequest& request,
     return Status::error("the prompt needs more KV blocks than are available (" +
                          std::to_string(blocks_->num_available_blocks()) + "; raise --kv-cache-mem)");
   }
-  const kvcache::SeqId seq = blocks_->add_sequence(kv_tokens_needed(n_prompt + request.max_new_tokens),
+  // Reserves the table once (holes keep their entries; streaming tables stay <= sinks + window).
+  const int64_t total = n_prompt + request.max_new_tokens;
+  const kvcache::SeqId seq = blocks_->add_sequence(streaming() ? kv_tokens_needed(total) : total,
                                                    sequence_options(ns, request.priority));
   if (!hit.empty()) blocks_->adopt(seq, std::move(hit));
   stats.cached_tokens = blocks_->length(seq);
