@@ -25,6 +25,8 @@ struct EngineOptions {
   bool verbose = false;
   bool no_prefix_cache = false;
   std::string eviction = "lru";
+  int64_t kv_window = 0;  // StreamingLLM: tokens kept after the sinks (0: off)
+  int64_t kv_sinks = 0;   // StreamingLLM: first tokens always kept
 };
 
 void add_engine_options(CLI::App& app, EngineOptions& options);

@@ -24,6 +24,13 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "do not reuse cached KV of earlier prompts");
   app.add_option("--eviction", o.eviction, "which cached KV blocks go first when memory is needed")
       ->check(CLI::IsMember({"lru", "lfu", "priority"}));
+  app.add_option("--kv-window", o.kv_window,
+                 "StreamingLLM: keep the last W tokens (plus the sinks) in the KV cache and generate past its size; "
+                 "rounded up to whole blocks, at least 2")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
+  app.add_option("--kv-sinks", o.kv_sinks, "StreamingLLM: the first S tokens always stay (attention sinks; "
+                 "rounded up to whole blocks; needs --kv-window)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
 }
 
 Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
@@ -50,6 +57,12 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
       return Status::error("--kv-layout nz needs a --block-size that is a multiple of 16, not " + std::to_string(o.block_size));
     }
   }
+  if (o.kv_sinks > 0 && o.kv_window == 0) return Status::error("--kv-sinks needs --kv-window");
+  if (o.kv_window > 0 && config.kv_dtype == kernels::KvDType::kInt4) {
+    return Status::error("--kv-window re-rotates cached K, which --kv-dtype int4 cannot do; use f32, f16, bf16, int8 or fp8");
+  }
+  config.kv_window = o.kv_window;
+  config.kv_sinks = o.kv_sinks;
   config.max_context = o.ctx_size;
   config.max_batch_tokens = o.batch_size;
   return config;

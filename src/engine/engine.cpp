@@ -53,6 +53,22 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   layout.dtype = config.kv_dtype;
   layout.layout = config.kv_layout;
   PAGODA_RETURN_IF_ERROR(layout.validate());
+  if (config.kv_window < 0 || config.kv_sinks < 0) return Status::error("--kv-window and --kv-sinks must be >= 0");
+  if (config.kv_window == 0 && config.kv_sinks > 0) return Status::error("--kv-sinks needs --kv-window");
+  if (config.kv_window > 0) {
+    if (layout.dtype == kernels::KvDType::kInt4) {
+      return Status::error("--kv-window re-rotates cached K, which int4 KV cannot do (per-block K scales); "
+                           "use --kv-dtype f32, f16, bf16, int8 or fp8");
+    }
+    const int64_t B = layout.block_size;
+    e->kv_sinks_ = (config.kv_sinks + B - 1) / B * B;
+    e->kv_window_ = std::max((config.kv_window + B - 1) / B * B, 2 * B);
+    if (e->kv_sinks_ + e->kv_window_ > e->max_context_) {
+      return Status::error("--kv-sinks + --kv-window (" + std::to_string(e->kv_sinks_ + e->kv_window_) +
+                           " tokens, rounded to blocks) exceed the context of " + std::to_string(e->max_context_));
+    }
+  }
+  e->model_window_ = mc.sliding_window;
   int64_t budget = config.kv_cache_bytes;
   if (budget <= 0) {
     const int64_t blocks_per_context = (e->max_context_ + layout.block_size - 1) / layout.block_size;
@@ -88,12 +104,13 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
 }
 
 Status Engine::check_fits(int64_t total_tokens) const {
-  if (total_tokens > max_context_) {
+  if (!streaming() && total_tokens > max_context_) {
     return Status::error("prompt + generation is " + std::to_string(total_tokens) + " tokens, more than the context of " +
                          std::to_string(max_context_) + " tokens");
   }
-  if (total_tokens > plan_.token_capacity) {
-    return Status::error("prompt + generation is " + std::to_string(total_tokens) + " tokens, more than the KV cache holds (" +
+  if (kv_tokens_needed(total_tokens) > plan_.token_capacity) {
+    return Status::error("prompt + generation needs " + std::to_string(kv_tokens_needed(total_tokens)) +
+                         " KV tokens, more than the KV cache holds (" +
                          std::to_string(plan_.token_capacity) + " tokens; raise --kv-cache-mem)");
   }
   return Status::ok();
@@ -107,10 +124,10 @@ Result<std::vector<float>> Engine::score(std::span<const int32_t> tokens) {
     if (id < 0 || id >= n_vocab) return Status::error("token id " + std::to_string(id) + " outside the vocabulary");
   }
   PAGODA_RETURN_IF_ERROR(check_fits(n));
-  SequenceGuard guard(*blocks_, blocks_->add_sequence(n, {kv_namespace(""), 0}));
+  SequenceGuard guard(*blocks_, blocks_->add_sequence(n, sequence_options(kv_namespace(""), 0)));
   std::vector<float> out(n * n_vocab);
-  for (int64_t begin = 0; begin < n; begin += max_batch_tokens_) {
-    const int64_t len = std::min(max_batch_tokens_, n - begin);
+  for (int64_t begin = 0; begin < n; begin += prefill_chunk()) {
+    const int64_t len = std::min(prefill_chunk(), n - begin);
     const StepSeq chunk{guard.seq(), tokens.subspan(begin, len)};
     PAGODA_RETURN_IF_ERROR(step(std::span<const StepSeq>(&chunk, 1), true, out.data() + begin * n_vocab));
   }
@@ -133,7 +150,8 @@ Status Engine::step(std::span<const StepSeq> seqs, bool all_rows, float* logits_
   for (size_t i = 0; i < seqs.size(); ++i) {
     const StepSeq& s = seqs[i];
     const int64_t len = static_cast<int64_t>(s.tokens.size());
-    const int64_t first_pos = blocks_->length(s.seq);
+    if (streaming()) make_room(s.seq, len);
+    const int64_t first_pos = blocks_->length(s.seq);  // cache position (streaming) = position
     if (!blocks_->append(s.seq, s.tokens, std::span<int64_t>(slots_.data() + row, len), copies_)) {
       return Status::error("out of KV cache blocks (" + std::to_string(blocks_->num_available_blocks()) +
                            " available; raise --kv-cache-mem)");
@@ -161,7 +179,10 @@ Status Engine::step(std::span<const StepSeq> seqs, bool all_rows, float* logits_
   batch.seqs = std::span<const kernels::SeqSpan>(spans_.data(), seqs.size());
   batch.logit_rows = std::span<const int64_t>(logit_rows_.data(), n_logit_rows);
   forward_->forward(batch, kv_views_, logits_out);
-  for (const StepSeq& s : seqs) blocks_->commit(s.seq);
+  for (const StepSeq& s : seqs) {
+    blocks_->commit(s.seq);
+    if (frees_window_blocks()) release_out_of_window(s.seq);
+  }
   return Status::ok();
 }
 

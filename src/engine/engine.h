@@ -40,6 +40,19 @@ struct EngineConfig {
   int64_t max_context = 0;               // 0: the model's training context
   bool enable_prefix_caching = true;     // reuse cached KV of earlier prompts' full blocks
   kvcache::EvictionPolicyKind eviction = kvcache::EvictionPolicyKind::kLru;
+  // StreamingLLM (--kv-window W --kv-sinks S): each sequence keeps its first S tokens (the
+  // attention sinks) and its last W tokens in the cache; before a step would exceed S + W, the
+  // oldest non-sink block is dropped and the K of every later block re-rotated by -block_size
+  // positions, so positions are cache positions (as in the paper) and generation runs past the
+  // pool's size and the model's context at constant memory. S and W are rounded up to whole
+  // blocks, W to at least 2 blocks; S + W <= max_context. Not with int4 KV (its K cannot be
+  // re-rotated), not with parallel samples, never prefix-cached. 0: off.
+  int64_t kv_window = 0;
+  int64_t kv_sinks = 0;
+  // Models with a sliding window (GGUF attention.sliding_window): after each step, blocks no
+  // later row can attend to are freed (holes in the table); such sequences are never
+  // prefix-cached nor forked. false: keep them (same results, more memory; for tests).
+  bool free_out_of_window = true;
 };
 
 struct GenerateRequest {
@@ -161,12 +174,28 @@ class Engine {
   // Adopts the cached prefix (if enabled) and prefills the rest; logits_out gets the last row.
   Result<kvcache::SeqId> admit_and_prefill(const GenerateRequest& request, GenerateStats& stats, float* logits_out);
   SequenceDump dump_sequence(kvcache::SeqId seq) const;
+  // Windows (engine_window.cpp). Sequences are uncacheable when either mode is on.
+  bool streaming() const { return kv_window_ > 0; }
+  bool frees_window_blocks() const { return !streaming() && model_window_ > 0 && config_.free_out_of_window; }
+  bool windowed_seqs() const { return streaming() || frees_window_blocks(); }
+  kvcache::SequenceOptions sequence_options(const kvcache::KvNamespace& ns, int32_t priority) const;
+  // Rows per prefill chunk (streaming: at most kv_window - block_size, so one chunk always fits).
+  int64_t prefill_chunk() const;
+  // StreamingLLM: drops blocks after the sinks (re-rotating later K) until n_new more tokens fit.
+  void make_room(kvcache::SeqId seq, int64_t n_new);
+  // Sliding-window model: frees blocks wholly before the next row's window.
+  void release_out_of_window(kvcache::SeqId seq);
+  // KV tokens a request of total_tokens needs at once (less than total when windowed).
+  int64_t kv_tokens_needed(int64_t total_tokens) const;
 
   std::shared_ptr<const model::LlamaModel> model_;
   const Clock* clock_ = nullptr;
   const Logger* logger_ = nullptr;
   int64_t max_context_ = 0;
   int64_t max_batch_tokens_ = 0;
+  int64_t kv_window_ = 0;     // StreamingLLM window, whole blocks (0: off)
+  int64_t kv_sinks_ = 0;      // StreamingLLM sinks, whole blocks
+  int64_t model_window_ = 0;  // the model's sliding window (0: none)
   kvcache::KvPoolPlan plan_;
   std::unique_ptr<ThreadPool> pool_threads_;
   std::unique_ptr<kvcache::BlockPool> pool_;

@@ -26,16 +26,20 @@ Result<kvcache::SeqId> Engine::admit_and_prefill(const GenerateRequest& request,
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
   const kvcache::KvNamespace ns = kv_namespace(request.cache_salt);
   kvcache::PrefixMatch hit;
-  if (config_.enable_prefix_caching) hit = blocks_->match_prefix(request.prompt, ns);
-  if (!blocks_->plan(hit, n_prompt).fits()) {
+  if (config_.enable_prefix_caching && !windowed_seqs()) hit = blocks_->match_prefix(request.prompt, ns);
+  // Windowed sequences never hold the whole prompt at once: step() reports a shortage.
+  if (!windowed_seqs() && !blocks_->plan(hit, n_prompt).fits()) {
     return Status::error("the prompt needs more KV blocks than are available (" +
                          std::to_string(blocks_->num_available_blocks()) + "; raise --kv-cache-mem)");
   }
-  const kvcache::SeqId seq = blocks_->add_sequence(n_prompt + request.max_new_tokens, {ns, request.priority});
+  // Reserves the table once (holes keep their entries; streaming tables stay <= sinks + window).
+  const int64_t total = n_prompt + request.max_new_tokens;
+  const kvcache::SeqId seq = blocks_->add_sequence(streaming() ? kv_tokens_needed(total) : total,
+                                                   sequence_options(ns, request.priority));
   if (!hit.empty()) blocks_->adopt(seq, std::move(hit));
   stats.cached_tokens = blocks_->length(seq);
-  for (int64_t begin = stats.cached_tokens; begin < n_prompt; begin += max_batch_tokens_) {
-    const int64_t n = std::min(max_batch_tokens_, n_prompt - begin);
+  for (int64_t begin = stats.cached_tokens; begin < n_prompt; begin += prefill_chunk()) {
+    const int64_t n = std::min(prefill_chunk(), n_prompt - begin);
     const bool last = begin + n == n_prompt;
     const StepSeq chunk{seq, std::span<const int32_t>(request.prompt).subspan(begin, n)};
     Status s = step(std::span<const StepSeq>(&chunk, 1), false, last ? logits_out : nullptr);
@@ -59,6 +63,10 @@ Result<ParallelResult> Engine::generate_parallel(const GenerateRequest& request,
     return Status::error("parallel samples must be in [1, " + std::to_string(max_batch_tokens_) + "]");
   }
   PAGODA_RETURN_IF_ERROR(validate_request(request));
+  if (n > 1 && windowed_seqs()) {
+    return Status::error("parallel samples share blocks by forking, which windowed sequences (--kv-window, "
+                         "sliding-window models) cannot do");
+  }
   const int64_t n_vocab = model_->config().n_vocab;
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
   ParallelResult out;
@@ -75,7 +83,7 @@ Result<ParallelResult> Engine::generate_parallel(const GenerateRequest& request,
     std::copy(logits, logits + n_vocab, logits + i * n_vocab);
   }
   prompt_stats.prefill_s = (clock_->now_ns() - t_start) * 1e-9;
-  prompt_stats.kv_blocks_used = static_cast<int64_t>(blocks_->block_table(first).size());
+  prompt_stats.kv_blocks_used = blocks_->num_held_blocks(first);
 
   std::vector<Sampler> samplers;
   std::vector<std::vector<int32_t>> histories(n, request.prompt);
@@ -133,9 +141,10 @@ Result<ParallelResult> Engine::generate_parallel(const GenerateRequest& request,
     r.stats.generated_tokens = static_cast<int64_t>(r.tokens.size());
     r.stats.decode_s = decode_s;
     const std::vector<int32_t>& table = blocks_->block_table(guards[i].seq());
-    r.stats.kv_blocks_used = static_cast<int64_t>(table.size());
+    r.stats.kv_blocks_used = blocks_->num_held_blocks(guards[i].seq());
     out.kv_blocks_independent += r.stats.kv_blocks_used;
     for (int32_t b : table) {
+      if (b < 0) continue;  // a hole (sliding window)
       if (!seen[b]) ++out.kv_blocks_shared;
       seen[b] = 1;
     }
@@ -151,6 +160,11 @@ SequenceDump Engine::dump_sequence(kvcache::SeqId seq) const {
   for (int32_t b : blocks_->block_table(seq)) {
     KvBlockDump d;
     d.block_id = b;
+    if (b < 0) {  // freed outside the sliding window
+      d.state = "hole";
+      dump.blocks.push_back(std::move(d));
+      continue;
+    }
     d.ref_count = pool_->ref_count(b);
     switch (pool_->state(b)) {
       case kvcache::BlockState::kFree: d.state = "free"; break;

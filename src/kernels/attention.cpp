@@ -20,15 +20,35 @@ inline int64_t seq_length(const SeqSpan& seq, const int32_t* positions) {
 
 inline int32_t block_at(const SeqSpan& seq, int64_t index) {
   CHECK_LT(index, seq.num_blocks) << "block " << index << " beyond the block table";
-  return seq.block_table[index];
+  const int32_t block = seq.block_table[index];
+  CHECK_GE(block, 0) << "attention reads block " << index << ", a hole of the block table";
+  return block;
 }
 
-// Prefetches the row kPrefetchRows positions after (block j, row r), maybe in the next block.
+// Prefetches the row kPrefetchRows positions after position p, if still below run_end.
 constexpr int64_t kPrefetchRows = 4;
-inline void prefetch_ahead(const detail::KvRowReader& reader, const SeqSpan& seq, int64_t j, int64_t r, int64_t B,
-                           int64_t n_ctx) {
-  const int64_t p = j * B + r + kPrefetchRows;
-  if (p < n_ctx) reader.prefetch(seq.block_table[p / B], p % B);
+inline void prefetch_ahead(const detail::KvRowReader& reader, const SeqSpan& seq, int64_t p, int64_t B,
+                           int64_t run_end) {
+  p += kPrefetchRows;
+  if (p < run_end) reader.prefetch(seq.block_table[p / B], p % B);
+}
+
+// Calls fn(j, r_begin, r_end) for each block j holding positions of the run [begin, end),
+// with its rows [r_begin, r_end) inside the run.
+template <typename Fn>
+inline void for_each_block_of_run(int64_t begin, int64_t end, int64_t B, Fn&& fn) {
+  for (int64_t j = begin / B; j * B < end; ++j) {
+    fn(j, std::max(begin, j * B) - j * B, std::min(end, (j + 1) * B) - j * B);
+  }
+}
+
+// The attended runs of a row whose context is [0, n_ctx): [0, sink_end) and [window_begin, n_ctx).
+struct Runs {
+  int64_t begin[2], end[2];
+};
+inline Runs attended_runs(const AttentionParams& params, int64_t n_ctx) {
+  const AttendedRange a = attended_range(params, n_ctx - 1);
+  return Runs{{0, a.window_begin}, {a.sink_end, n_ctx}};
 }
 
 }  // namespace
@@ -71,39 +91,46 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
       const int64_t n_ctx = static_cast<int64_t>(positions[t]) + 1;
       CHECK_LE(n_ctx, max_ctx);
       CHECK_LE(n_ctx, seq_len) << "rows of a sequence must be in position order";
-      const int64_t n_blocks = (n_ctx + B - 1) / B;
       for (int64_t h0 = kv_head * group; h0 < (kv_head + 1) * group; h0 += AttentionScratch::kMaxGroup) {
         const int64_t g = std::min(AttentionScratch::kMaxGroup, (kv_head + 1) * group - h0);
         const float* qh = q + (t * n_head + h0) * hd;  // [g, head_dim]
-        for (int64_t j = 0; j < n_blocks; ++j) {
-          k_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
-          const int64_t rows = std::min(B, n_ctx - j * B);
-          for (int64_t r = 0; r < rows; ++r) {
-            prefetch_ahead(k_rows, seq, j, r, B, n_ctx);
-            ops.dot_group(k_rows.row(r), qh, g, hd, params.scale, scores + j * B + r, max_ctx);
-          }
+        const Runs runs = attended_runs(params, n_ctx);
+        for (int run = 0; run < 2; ++run) {
+          for_each_block_of_run(runs.begin[run], runs.end[run], B, [&](int64_t j, int64_t r0, int64_t r1) {
+            k_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
+            for (int64_t r = r0; r < r1; ++r) {
+              prefetch_ahead(k_rows, seq, j * B + r, B, runs.end[run]);
+              ops.dot_group(k_rows.row(r), qh, g, hd, params.scale, scores + j * B + r, max_ctx);
+            }
+          });
         }
         float inv[AttentionScratch::kMaxGroup];
         for (int64_t gi = 0; gi < g; ++gi) {
           float* w = scores + gi * max_ctx;
-          const float max_score = *std::max_element(w, w + n_ctx);
+          float max_score = -INFINITY;
+          for (int run = 0; run < 2; ++run) {
+            for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) max_score = std::max(max_score, w[p]);
+          }
           float sum = 0.0f;
-          for (int64_t p = 0; p < n_ctx; ++p) {
-            w[p] = std::exp(w[p] - max_score);
-            sum += w[p];
+          for (int run = 0; run < 2; ++run) {
+            for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) {
+              w[p] = std::exp(w[p] - max_score);
+              sum += w[p];
+            }
           }
           inv[gi] = 1.0f / sum;
         }
         std::memset(acc, 0, g * hd * sizeof(float));
-        for (int64_t j = 0; j < n_blocks; ++j) {
-          v_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
-          const int64_t rows = std::min(B, n_ctx - j * B);
-          for (int64_t r = 0; r < rows; ++r) {
-            prefetch_ahead(v_rows, seq, j, r, B, n_ctx);
-            float w[AttentionScratch::kMaxGroup];
-            for (int64_t gi = 0; gi < g; ++gi) w[gi] = scores[gi * max_ctx + j * B + r] * inv[gi];
-            ops.axpy_group(w, v_rows.row(r), g, hd, acc);
-          }
+        for (int run = 0; run < 2; ++run) {
+          for_each_block_of_run(runs.begin[run], runs.end[run], B, [&](int64_t j, int64_t r0, int64_t r1) {
+            v_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
+            for (int64_t r = r0; r < r1; ++r) {
+              prefetch_ahead(v_rows, seq, j * B + r, B, runs.end[run]);
+              float w[AttentionScratch::kMaxGroup];
+              for (int64_t gi = 0; gi < g; ++gi) w[gi] = scores[gi * max_ctx + j * B + r] * inv[gi];
+              ops.axpy_group(w, v_rows.row(r), g, hd, acc);
+            }
+          });
         }
         std::memcpy(out + (t * n_head + h0) * hd, acc, g * hd * sizeof(float));
       }
@@ -132,9 +159,12 @@ void paged_attention_reference(const KvLayerView& layer, const float* q, const i
       for (int64_t h = 0; h < params.n_head; ++h) {
         const int64_t kv_head = h / group;
         const float* qh = q + (t * params.n_head + h) * hd;
-        std::vector<double> w(n_ctx);
+        const AttendedRange a = attended_range(params, n_ctx - 1);
+        auto attended = [&](int64_t p) { return params.window <= 0 || p < a.sink_end || p >= a.window_begin; };
+        std::vector<double> w(n_ctx, 0.0);
         double max_score = -INFINITY;
         for (int64_t p = 0; p < n_ctx; ++p) {
+          if (!attended(p)) continue;
           load(true, p, kv_head);
           double dot = 0.0;
           for (int64_t i = 0; i < hd; ++i) dot += static_cast<double>(row[i]) * qh[i];
@@ -142,9 +172,12 @@ void paged_attention_reference(const KvLayerView& layer, const float* q, const i
           max_score = std::max(max_score, w[p]);
         }
         double sum = 0.0;
-        for (double& x : w) sum += (x = std::exp(x - max_score));
+        for (int64_t p = 0; p < n_ctx; ++p) {
+          if (attended(p)) sum += (w[p] = std::exp(w[p] - max_score));
+        }
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t p = 0; p < n_ctx; ++p) {
+          if (!attended(p)) continue;
           load(false, p, kv_head);
           for (int64_t i = 0; i < hd; ++i) acc[i] += w[p] / sum * row[i];
         }

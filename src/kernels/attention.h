@@ -45,7 +45,24 @@ struct SeqSpan {
 struct AttentionParams {
   int64_t n_head = 0;      // query heads; n_head % n_kv_head == 0 (GQA/MQA)
   float scale = 1.0f;      // usually 1/sqrt(head_dim)
+  // Mask: the row at position p attends to positions t <= p with t < n_sinks or p - t < window.
+  // window == 0: unlimited (plain causal attention; n_sinks is then irrelevant).
+  int64_t window = 0;
+  int64_t n_sinks = 0;
 };
+
+// The positions a row at position `pos` attends to: [0, sink_end) and [window_begin, pos],
+// with sink_end <= window_begin (the two runs never overlap; the first may be empty).
+struct AttendedRange {
+  int64_t sink_end = 0;
+  int64_t window_begin = 0;
+};
+inline AttendedRange attended_range(const AttentionParams& params, int64_t pos) {
+  if (params.window <= 0) return {0, 0};
+  const int64_t window_begin = pos + 1 > params.window ? pos + 1 - params.window : 0;
+  const int64_t sink_end = params.n_sinks < window_begin ? params.n_sinks : window_begin;
+  return {sink_end < 0 ? 0 : sink_end, window_begin};
+}
 
 // Scratch for attention, sized once. Per thread: scores [kMaxGroup, max_context],
 // accumulators [kMaxGroup, head_dim], a decoded row [head_dim] and int4 K channel
@@ -67,7 +84,9 @@ class AttentionScratch {
   std::vector<std::vector<float>> buffers_;  // [num_threads][kMaxGroup*(max_context+head_dim) + 3*head_dim]
 };
 
-// Causal attention of each batch row over its sequence's cached positions [0, positions[t]].
+// Causal attention of each batch row over its sequence's cached positions [0, positions[t]],
+// restricted by the window/sink mask of `params` (attended_range). Blocks holding no attended
+// position are skipped without reading their block-table entries (they may be holes, -1).
 // seqs: sorted by token_begin, non-overlapping, covering every row; a sequence's rows in
 // position order, its last row being its newest token. The rows' own K/V must already be
 // stored. q: [n_tokens, n_head, head_dim]; positions: [n_tokens]; out: [n_tokens, n_head, head_dim].

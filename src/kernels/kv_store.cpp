@@ -170,6 +170,12 @@ void store_kv(const KvLayerView& layer, const float* k, const float* v, const in
   }
 }
 
+void store_k_row(const KvLayerView& layer, int32_t block, int64_t row, const float* k) {
+  CHECK(layer.dtype != KvDType::kInt4) << "store_k_row: int4 K is quantized per block";
+  CHECK(block >= 0 && block < layer.num_blocks && row >= 0 && row < layer.block_size);
+  store_rows(KvGeom(layer, true), block, row, k);
+}
+
 int64_t kv_stage_bytes(KvDType dtype, int64_t block_size, int64_t n_kv_head, int64_t head_dim, int64_t num_slots) {
   if (dtype != KvDType::kInt4 || num_slots <= 0) return 0;
   return stage_header_bytes(num_slots) + 4 * num_slots * block_size * n_kv_head * head_dim;

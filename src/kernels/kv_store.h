@@ -69,6 +69,10 @@ struct KvLayerView {
 void store_kv(const KvLayerView& layer, const float* k, const float* v, const int64_t* slot_mapping,
               int64_t n_tokens);
 
+// Rewrites K row `row` of `block` for every head from k: [n_kv_head * head_dim] f32, re-encoding
+// it in the layer's format (rope_shift_k). Not int4 (its K scales span the whole block).
+void store_k_row(const KvLayerView& layer, int32_t block, int64_t row, const float* k);
+
 // Bytes of one layer's stage (0 unless int4), and binding a view of it onto `memory`
 // (8-byte aligned, that many bytes). kv_stage_reset frees every slot (call once before use).
 int64_t kv_stage_bytes(KvDType dtype, int64_t block_size, int64_t n_kv_head, int64_t head_dim, int64_t num_slots);

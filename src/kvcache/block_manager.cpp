@@ -155,6 +155,7 @@ SeqId BlockManager::add_sequence(int64_t max_tokens, const SequenceOptions& opti
   t.ns = options.ns;
   t.ns_key = options.ns.key();
   t.priority = options.priority;
+  t.cacheable = options.cacheable;
   return id;
 }
 
@@ -162,12 +163,15 @@ void BlockManager::free_sequence(SeqId seq) {
   auto it = tables_.find(seq);
   CHECK(it != tables_.end()) << "unknown sequence " << seq;
   const Table& t = it->second;
-  for (auto b = t.blocks.rbegin(); b != t.blocks.rend(); ++b) release(*b, t.priority);
+  for (auto b = t.blocks.rbegin(); b != t.blocks.rend(); ++b) {
+    if (*b >= 0) release(*b, t.priority);
+  }
   tables_.erase(it);
 }
 
 SeqId BlockManager::fork(SeqId seq) {
   const Table& src = table(seq);
+  CHECK(src.cacheable) << "fork of sequence " << seq << ", which is not cacheable (windowed)";
   const SeqId id = next_seq_id_++;
   Table& t = tables_[id];  // unordered_map: `src` stays valid
   t.blocks.reserve(src.blocks.capacity());
@@ -192,7 +196,7 @@ void BlockManager::truncate(SeqId seq, int64_t new_length) {
   const int64_t bs = pool_.layout().block_size;
   const size_t keep = static_cast<size_t>((new_length + bs - 1) / bs);
   while (t.blocks.size() > keep) {
-    release(t.blocks.back(), t.priority);
+    if (t.blocks.back() >= 0) release(t.blocks.back(), t.priority);
     t.blocks.pop_back();
   }
   t.length = new_length;
@@ -301,7 +305,7 @@ bool BlockManager::append_tokens(Table& t, int64_t n_new, const int32_t* tokens,
 void BlockManager::commit(SeqId seq) {
   Table& t = table(seq);
   t.num_computed = t.length;
-  if (!t.tokens_known) return;
+  if (!t.tokens_known || !t.cacheable) return;
   const int64_t bs = pool_.layout().block_size;
   const std::span<const int32_t> all_tokens(t.tokens);
   for (int64_t i = static_cast<int64_t>(t.block_hashes.size()); i < t.num_computed / bs; ++i) {
@@ -345,6 +349,7 @@ void BlockManager::adopt(SeqId seq, PrefixMatch&& match) {
   CHECK(match.manager_ == this || match.empty()) << "PrefixMatch from another BlockManager";
   CHECK(t.length == 0 && t.blocks.empty()) << "adopt into sequence " << seq << " that holds tokens";
   CHECK(match.ns_ == t.ns || match.empty()) << "adopt of a match from another namespace into sequence " << seq;
+  CHECK(t.cacheable || match.empty()) << "adopt into sequence " << seq << ", which is not cacheable";
   for (int32_t b : match.blocks_) {
     acquire(b, t.priority);
     t.blocks.push_back(b);
@@ -375,7 +380,15 @@ void BlockManager::check_integrity() const {
       CHECK_EQ(index_.parent(b), i > 0 ? t.blocks[i - 1] : PrefixIndex::kRoot) << "sequence " << id;
       CHECK(index_.ns(b) == t.ns) << "sequence " << id << " holds block " << b << " of another namespace";
     }
-    for (int32_t b : t.blocks) ++holders[b];
+    CHECK(t.cacheable || t.block_hashes.empty()) << "sequence " << id << " is not cacheable but registered";
+    for (size_t i = 0; i < t.blocks.size(); ++i) {
+      const int32_t b = t.blocks[i];
+      if (b < 0) {
+        CHECK(!t.cacheable && i + 1 < t.blocks.size()) << "sequence " << id << " has a hole at block " << i;
+        continue;
+      }
+      ++holders[b];
+    }
   }
   int64_t pins = 0, pinned_cached = 0;
   for (int32_t b = 0; b < n; ++b) {

@@ -26,6 +26,16 @@
 //   bm.fork(s)              // after commit: a child sharing every block (parallel sampling)
 //   bm.truncate(s, n)       // drop tokens from the end (e.g. rejected draft tokens)
 //   bm.free_sequence(s)     // releases tail first: committed blocks become cached
+//
+// Windows (sliding-window models, StreamingLLM). A sequence added with cacheable = false is
+// never registered in the prefix index (commit records nothing), is never forked, and never
+// adopts a match. Only such a sequence may
+//   bm.release_block(s, j)  // frees block j (ref 1, unregistered) and leaves a hole (-1) in
+//                           // the table: positions [j*B, (j+1)*B) are gone, length unchanged
+//   bm.drop_block(s, j)     // frees block j and removes its entry: later positions move down
+//                           // by block_size, length -= block_size (StreamingLLM eviction)
+// Holes are skipped by free_sequence/truncate and by check_integrity; attention must not read
+// them (kernels skip blocks outside the mask). The last block is never a hole.
 // Copies come only from append into a partly filled last block that is shared (after fork)
 // or registered (after truncate into a committed block): the writer gets a private copy.
 //
@@ -57,6 +67,7 @@ struct BlockManagerOptions {
 struct SequenceOptions {
   KvNamespace ns;        // what its cached blocks are valid for
   int32_t priority = 0;  // for EvictionPolicyKind::kPriority: higher is kept longer
+  bool cacheable = true;  // false: never registered/forked/adopted; may release_block/drop_block
 };
 
 // Copy block src onto dst (every layer's K and V) before writing into dst.
@@ -156,6 +167,12 @@ class BlockManager {
   SeqId fork(SeqId seq);
   // Drops tokens from the end (keeps the first new_length), releasing emptied blocks tail first.
   void truncate(SeqId seq, int64_t new_length);
+  // Windows (see the top). Preconditions: seq not cacheable, j below the last block, block j
+  // not a hole, and held by this table only (ref 1).
+  void release_block(SeqId seq, int64_t j);
+  void drop_block(SeqId seq, int64_t j);
+  // Blocks the table holds (holes not counted).
+  int64_t num_held_blocks(SeqId seq) const;
 
   int64_t length(SeqId seq) const { return table(seq).length; }
   int64_t num_computed(SeqId seq) const { return table(seq).num_computed; }
@@ -177,7 +194,7 @@ class BlockManager {
  private:
   friend class PrefixMatch;
   struct Table {
-    std::vector<int32_t> blocks;          // [ceil(length / block_size)] block ids
+    std::vector<int32_t> blocks;          // [ceil(length / block_size)] block ids; -1: hole
     std::vector<int32_t> tokens;          // [length] token ids, while tokens_known
     std::vector<BlockHash> block_hashes;  // [committed full blocks] chained hashes
     int64_t length = 0;                   // tokens held
@@ -186,6 +203,7 @@ class BlockManager {
     uint64_t ns_key = 0;                  // ns.key()
     int32_t priority = 0;
     bool tokens_known = true;             // false after a compatibility append
+    bool cacheable = true;                // SequenceOptions::cacheable
   };
   const Table& table(SeqId seq) const;
   Table& table(SeqId seq);

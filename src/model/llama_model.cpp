@@ -113,7 +113,8 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, int64_t max_
       matmul_(pool, max_tokens, std::max(model.config().n_ff, std::max(model.config().q_dim(), model.config().n_embd)),
               std::max(model.config().n_vocab, std::max(model.config().n_ff, model.config().q_dim())), isa),
       attention_scratch_(pool.num_threads(), max_context, model.config().head_dim),
-      isa_(isa) {
+      isa_(isa),
+      window_(model.config().sliding_window) {
   const ModelConfig& c = model.config();
   x_.resize(max_tokens * c.n_embd);
   xb_.resize(max_tokens * c.n_embd);
@@ -143,7 +144,7 @@ void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerVi
     kernels::dequantize_row(emb.dtype, emb.row(id), x + t * d, d);
   }
 
-  const kernels::AttentionParams attn{c.n_head, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  const kernels::AttentionParams attn{c.n_head, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), window_, n_sinks_};
   auto add_bias = [&](float* y, const std::vector<float>& bias) {
     if (bias.empty()) return;
     const int64_t n = static_cast<int64_t>(bias.size());

@@ -70,6 +70,12 @@ class ForwardPass {
 
   int64_t max_tokens() const { return max_tokens_; }
   int64_t max_context() const { return max_context_; }
+  // Attention mask of every layer (kernels::AttentionParams): starts as the model's
+  // sliding_window without sinks; the engine's StreamingLLM mode sets its own window + sinks.
+  void set_attention_mask(int64_t window, int64_t n_sinks) {
+    window_ = window;
+    n_sinks_ = n_sinks;
+  }
 
  private:
   const LlamaModel& model_;
@@ -79,6 +85,8 @@ class ForwardPass {
   kernels::Matmul matmul_;
   kernels::AttentionScratch attention_scratch_;
   kernels::Isa isa_;
+  int64_t window_ = 0;   // 0: unlimited
+  int64_t n_sinks_ = 0;
   std::vector<float> x_;      // [max_tokens, n_embd] residual stream
   std::vector<float> xb_;     // [max_tokens, n_embd] normed input / projection output
   std::vector<float> q_;      // [max_tokens, q_dim]

@@ -37,6 +37,8 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file) {
   PAGODA_ASSIGN_OR_RETURN(c.n_ff, require_int(file, p + "feed_forward_length"));
   c.n_kv_head = file.get_int(p + "attention.head_count_kv").value_or(c.n_head);
   c.n_ctx_train = file.get_int(p + "context_length").value_or(2048);
+  c.sliding_window = file.get_int(p + "attention.sliding_window").value_or(0);
+  if (c.sliding_window < 0) return Status::error("negative attention.sliding_window");
   c.rms_eps = static_cast<float>(file.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
   if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.n_kv_head <= 0 || c.n_ff <= 0 ||
       c.n_embd > (1 << 20) || c.n_layer > 4096 || c.n_head > 4096 || c.n_ff > (1 << 22)) {

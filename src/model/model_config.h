@@ -29,6 +29,9 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   kernels::RopeParams rope;  // style, head_dim, rot_dim, freq_base, freq_scale
   bool has_qkv_bias = false;
+  // {arch}.attention.sliding_window; 0 if absent. > 0: every layer attends only to the last
+  // sliding_window positions (position p sees t with p - t < sliding_window).
+  int64_t sliding_window = 0;
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_kv_head * head_dim; }

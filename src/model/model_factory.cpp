@@ -120,6 +120,9 @@ Result<GgufFile> make_random_model(const ModelShape& s, DType dtype, uint64_t se
   f.set("general.name", GgufValue::of_string("pagoda-random-" + s.name + "-" + std::string(dtype_name(dtype))));
   f.set("general.file_type", GgufValue::of_u32(dtype == DType::kF32 ? 0 : dtype == DType::kF16 ? 1 : dtype == DType::kQ4_0 ? 2 : dtype == DType::kQ8_0 ? 7 : 32));
   f.set(a + "context_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ctx)));
+  if (s.sliding_window > 0) {
+    f.set(a + "attention.sliding_window", GgufValue::of_u32(static_cast<uint32_t>(s.sliding_window)));
+  }
   f.set(a + "embedding_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_embd)));
   f.set(a + "block_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_layer)));
   f.set(a + "feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ff)));

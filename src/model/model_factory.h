@@ -21,6 +21,7 @@ struct ModelShape {
   std::string name;
   int64_t n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx;
   std::string arch = "llama";  // or "qwen2" (q/k/v biases, NeoX RoPE)
+  int64_t sliding_window = 0;  // > 0: written as {arch}.attention.sliding_window
 };
 
 // Known shapes: "default" (built in), "tiny" (tests), "llama-110m", "tinyllama-1.1b".
