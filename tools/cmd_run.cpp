@@ -122,6 +122,10 @@ int run(const RunOptions& o, const Clock& clock, Logger& logger) {
     j["finish_reason"] = engine::finish_reason_name(result->finish_reason);
     j["seed"] = request.sampling.seed;
     if (result->kv_dump) j["kv_dump"] = engine::format_kv_dump(*result->kv_dump);
+    const kvcache::BlockManagerStats& cs = eng.block_manager().stats();
+    j["prefix_cache"] = {{"eviction", kvcache::eviction_policy_name(eng.block_manager().eviction_policy())},
+                         {"lookups", cs.num_lookups}, {"hit_tokens", cs.num_hit_tokens},
+                         {"missed_tokens", cs.num_missed_tokens}, {"evictions", cs.num_evictions}};
     j["stats"] = {{"prompt_tokens", s.prompt_tokens}, {"cached_tokens", s.cached_tokens}, {"generated_tokens", s.generated_tokens},
                   {"ttft_ms", s.ttft_s * 1e3}, {"prefill_tps", s.prefill_tps()}, {"decode_tps", s.decode_tps()},
                   {"kv_blocks_used", s.kv_blocks_used}, {"kv_block_size", eng.kv_layout().block_size}};
@@ -138,6 +142,11 @@ int run(const RunOptions& o, const Clock& clock, Logger& logger) {
   std::printf("KV blocks used   %lld of %lld (block size %lld), prompt tokens from cache %lld\n",
               static_cast<long long>(s.kv_blocks_used), static_cast<long long>(eng.kv_plan().num_blocks),
               static_cast<long long>(eng.kv_layout().block_size), static_cast<long long>(s.cached_tokens));
+  const kvcache::BlockManagerStats& cs = eng.block_manager().stats();
+  std::printf("prefix cache     %s eviction: %lld lookups, %lld hit tokens, %lld missed, %lld evictions\n",
+              std::string(kvcache::eviction_policy_name(eng.block_manager().eviction_policy())).c_str(),
+              static_cast<long long>(cs.num_lookups), static_cast<long long>(cs.num_hit_tokens),
+              static_cast<long long>(cs.num_missed_tokens), static_cast<long long>(cs.num_evictions));
   if (result->kv_dump) std::printf("\nKV cache of the sequence: %s", engine::format_kv_dump(*result->kv_dump).c_str());
   return 0;
 }

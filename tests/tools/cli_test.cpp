@@ -32,13 +32,17 @@ TEST(Cli, RunGreedyJsonMatchesReference) {
   EXPECT_EQ(j["text"].get<std::string>().rfind(", there was a little girl named Lily.", 0), 0u) << j["text"];
   EXPECT_EQ(j["stats"]["generated_tokens"], 30);
   EXPECT_GT(j["stats"]["kv_blocks_used"].get<int>(), 0);
+  EXPECT_EQ(j["prefix_cache"]["lookups"], 1);
+  EXPECT_EQ(j["prefix_cache"]["missed_tokens"], 5);
+  EXPECT_EQ(j["prefix_cache"]["eviction"], "lru");
 }
 
 TEST(Cli, RunStreamsTextThenStats) {
   Output o = pagoda("run -m " + stories("stories260K.gguf") + " -p 'Tom and Lily' -n 16 --temp 0");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_EQ(o.out.rfind("Tom and Lily", 0), 0u) << o.out;
-  for (const char* field : {"prompt tokens", "TTFT", "prefill", "generated tokens", "decode", "KV blocks used"}) {
+  for (const char* field : {"prompt tokens", "TTFT", "prefill", "generated tokens", "decode", "KV blocks used",
+                            "prefix cache     lru eviction: 1 lookups"}) {
     EXPECT_NE(o.out.find(field), std::string::npos) << field;
   }
   EXPECT_NE(o.err.find("B/token"), std::string::npos) << "start-up log states the KV sizing: " << o.err;
