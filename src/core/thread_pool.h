@@ -32,6 +32,17 @@ class ThreadPool {
   // the last. Ranges may be empty (fn is not called for those).
   void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
 
+  // The grain that gives every thread at least `min_work` units of work when each index costs
+  // `work_per_index` (a multiple of `grain`). Jobs too small to pay for waking the workers
+  // (a few microseconds, far more when the CPUs are oversubscribed) then run inline.
+  static int64_t grain_for(int64_t work_per_index, int64_t min_work, int64_t grain = 1) {
+    const int64_t per = work_per_index > 0 ? work_per_index : 1;
+    const int64_t needed = (min_work + per - 1) / per;
+    return needed <= grain ? grain : (needed + grain - 1) / grain * grain;
+  }
+  // Work (multiply-adds) below which a thread's share is not worth a hand-off.
+  static constexpr int64_t kMinWorkPerThread = 32 * 1024;
+
   // Number of logical CPUs this process may use.
   static int hardware_threads();
 

@@ -74,6 +74,10 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
   // so every K/V row is decoded once per item.
   int64_t n_rows = 0;
   for (int64_t s = 0; s < n_seqs; ++s) n_rows = std::max(n_rows, seqs[s].token_begin + seqs[s].n_tokens);
+  // Multiply-adds of one item at most (the longest attended context), to keep tiny jobs inline.
+  int64_t longest = 1;
+  for (int64_t r = 0; r < n_rows; ++r) longest = std::max<int64_t>(longest, int64_t{positions[r]} + 1);
+  const int64_t work_per_item = 2 * longest * hd * group;
   pool.parallel_for(n_rows * n_kv_head, [&](int64_t begin, int64_t end, int thread) {
     float* scores = scratch.scores(thread);  // [kMaxGroup, max_ctx]
     float* acc = scratch.accum(thread);      // [kMaxGroup, head_dim]
@@ -135,7 +139,7 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
         std::memcpy(out + (t * n_head + h0) * hd, acc, g * hd * sizeof(float));
       }
     }
-  });
+  }, ThreadPool::grain_for(work_per_item, ThreadPool::kMinWorkPerThread));
 }
 
 void paged_attention_reference(const KvLayerView& layer, const float* q, const int32_t* positions,

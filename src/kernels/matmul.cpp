@@ -252,7 +252,7 @@ void Matmul::run_decode(const WeightView& w, const float* x, int64_t n_tokens, f
   pool_.parallel_for(
       w.n_out,
       [&job](int64_t begin, int64_t end, int) { job.kernels->decode_rows(*job.w, *job.x, begin, end, job.y, job.w->n_out); },
-      kDecodeRowGrain);
+      ThreadPool::grain_for(w.n_in * n_tokens, ThreadPool::kMinWorkPerThread, kDecodeRowGrain));
 }
 
 void Matmul::run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
