@@ -18,7 +18,6 @@
 
 #include "core/rng.h"
 #include "kernels/ops.h"
-#include "kernels/vec.h"
 
 namespace pagoda::kernels {
 namespace {
@@ -356,33 +355,6 @@ TEST(PagedAttention, Int4StageCopyOnWrite) {
   EXPECT_EQ(std::memcmp(row.data(), kb.data() + hd, hd * sizeof(float)), 0);
   kv_load_row_reference(view, true, 3, 3, 0, true, row.data());
   EXPECT_EQ(std::memcmp(row.data(), k.data() + (B + 3) * kv_dim, hd * sizeof(float)), 0);
-}
-
-TEST(VecOps, SimdMatchesScalar) {
-  Rng rng(5);
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
-    if (static_cast<int>(isa) > static_cast<int>(detect_isa())) continue;
-    const VecOps& fast = vec_ops(isa);
-    const VecOps& ref = vec_ops(Isa::kScalar);
-    for (int64_t n : {1, 7, 8, 16, 33, 64, 129}) {
-      std::vector<float> a(n), b(n), y1(n), y2(n);
-      std::vector<uint16_t> h(n);
-      for (int64_t i = 0; i < n; ++i) {
-        a[i] = rng.normal();
-        b[i] = rng.normal();
-        h[i] = fp32_to_fp16(rng.normal());
-        y1[i] = y2[i] = rng.normal();
-      }
-      EXPECT_NEAR(fast.dot_f32(a.data(), b.data(), n), ref.dot_f32(a.data(), b.data(), n), 1e-4);
-      EXPECT_NEAR(fast.dot_f16(h.data(), b.data(), n), ref.dot_f16(h.data(), b.data(), n), 1e-4);
-      fast.axpy_f32(0.7f, a.data(), y1.data(), n);
-      ref.axpy_f32(0.7f, a.data(), y2.data(), n);
-      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y1[i], y2[i], 1e-6);
-      fast.axpy_f16(-1.3f, h.data(), y1.data(), n);
-      ref.axpy_f16(-1.3f, h.data(), y2.data(), n);
-      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y1[i], y2[i], 1e-5);
-    }
-  }
 }
 
 TEST(Ops, RopeStylesRotatePairsAndKeepNorms) {
