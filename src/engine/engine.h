@@ -84,7 +84,7 @@ struct GenerateStats {
 struct KvBlockDump {
   int32_t block_id = -1;
   int32_t ref_count = 0;
-  std::string state;          // "in use", "cached", "free"
+  std::string state;          // "in use", "cached", "free", "released" (a window hole, block_id -1)
   uint64_t hash = 0;          // chained block hash, 0 if not registered in the prefix index
   std::vector<float> k_head0; // layer 0, kv head 0, the block's first slot: first values of K
 };

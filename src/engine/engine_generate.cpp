@@ -4,7 +4,6 @@
 #include <cstdio>
 
 #include "engine/engine.h"
-#include "kernels/kv_read.h"
 
 namespace pagoda::engine {
 
@@ -160,6 +159,11 @@ SequenceDump Engine::dump_sequence(kvcache::SeqId seq) const {
   for (int32_t b : blocks_->block_table(seq)) {
     KvBlockDump d;
     d.block_id = b;
+    if (b < 0) {  // a hole: released because it fell outside the attention window
+      d.state = "released";
+      dump.blocks.push_back(std::move(d));
+      continue;
+    }
     if (b < 0) {  // freed outside the sliding window
       d.state = "hole";
       dump.blocks.push_back(std::move(d));
@@ -172,9 +176,9 @@ SequenceDump Engine::dump_sequence(kvcache::SeqId seq) const {
       case kvcache::BlockState::kCached: d.state = "cached"; break;
     }
     if (blocks_->index().contains(b)) d.hash = blocks_->index().hash(b);
-    d.k_head0.resize(std::min<int64_t>(4, layer0.head_dim));
-    kernels::kv_read_k(layer0, static_cast<int64_t>(b) * layer0.block_size, 0, d.k_head0.data(),
-                       static_cast<int64_t>(d.k_head0.size()));
+    std::vector<float> row(layer0.head_dim);  // a partial int4 K block is read from its stage
+    kernels::kv_load_row_reference(layer0, /*is_k=*/true, b, /*row=*/0, /*kv_head=*/0, /*from_stage=*/true, row.data());
+    d.k_head0.assign(row.begin(), row.begin() + std::min<int64_t>(4, layer0.head_dim));
     dump.blocks.push_back(std::move(d));
   }
   return dump;

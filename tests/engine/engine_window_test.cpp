@@ -45,6 +45,32 @@ engine::GenerateRequest request_of(int64_t n_new) {
   return r;
 }
 
+TEST(EngineWindow, KvDumpShowsReleasedBlocksAsHoles) {
+  const model::ModelShape shape{"t", 64, 2, 4, 2, 96, 300, 256, "llama", 10};
+  Env env;
+  engine::EngineConfig config;
+  config.num_threads = 1;
+  config.block_size = 4;
+  auto eng = make_engine(env, shape, config);
+  ASSERT_TRUE(eng.is_ok()) << eng.status().message();
+  engine::GenerateRequest r = request_of(40);
+  r.dump_kv = true;
+  auto res = eng.value()->generate(r);
+  ASSERT_TRUE(res.is_ok()) << res.status().message();
+  ASSERT_TRUE(res->kv_dump.has_value());
+  int holes = 0;
+  for (const engine::KvBlockDump& b : res->kv_dump->blocks) {
+    if (b.block_id < 0) {
+      ++holes;
+      EXPECT_EQ(b.state, "released");
+    } else {
+      EXPECT_EQ(b.state, "in use");
+    }
+  }
+  EXPECT_GT(holes, 0);
+  EXPECT_NE(engine::format_kv_dump(*res->kv_dump).find("released"), std::string::npos);
+}
+
 TEST(EngineWindow, SlidingWindowModelFreesBlocksWithoutChangingOutput) {
   const model::ModelShape shape{"t", 64, 2, 4, 2, 96, 300, 256, "llama", 10};
   for (int64_t batch : {1, 4}) {
