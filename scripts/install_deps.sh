@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages Pagoda needs, only when something is missing (idempotent).
+# Installs the Debian 12 packages Pagoda needs, only when something is missing (idempotent),
+# then the npm packages of the test clients (tests/npm/*/, from their lock files).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake pkg-config
   libopenblas-dev nlohmann-json3-dev libcli11-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev libicu-dev libutf8proc-dev
+  prometheus   # promtool validates /metrics in the tests
 )
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,3 +24,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+# Test clients (the openai package, reference tokenizers): one folder each, versions locked.
+for lock in tests/npm/*/package-lock.json; do
+  [ -e "$lock" ] || continue
+  dir=$(dirname "$lock")
+  if [ ! -d "$dir/node_modules" ] || [ "$lock" -nt "$dir/node_modules/.package-lock.json" ]; then
+    echo "npm ci in $dir"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+done

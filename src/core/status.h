@@ -14,26 +14,46 @@
 
 namespace pagoda {
 
+// What kind of failure, for boundaries that must answer differently (HTTP status codes).
+enum class StatusCode {
+  kOk,
+  kError,             // anything else (bad file, internal failure)
+  kInvalidArgument,   // the caller's input is wrong (HTTP 400)
+  kNotFound,          // no such model / route / request (HTTP 404)
+  kTooLarge,          // longer than the context or larger than the KV pool (HTTP 413)
+  kUnavailable,       // overloaded or shutting down: retry later (HTTP 429/503)
+  kAborted,           // cancelled by the caller
+};
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // ok
   static Status ok() { return Status(); }
-  static Status error(std::string message) { return Status(std::move(message), true); }
+  static Status error(std::string message) { return Status(StatusCode::kError, std::move(message)); }
+  static Status error(StatusCode code, std::string message) { return Status(code, std::move(message)); }
+  static Status invalid_argument(std::string message) { return Status(StatusCode::kInvalidArgument, std::move(message)); }
+  static Status not_found(std::string message) { return Status(StatusCode::kNotFound, std::move(message)); }
+  static Status too_large(std::string message) { return Status(StatusCode::kTooLarge, std::move(message)); }
+  static Status unavailable(std::string message) { return Status(StatusCode::kUnavailable, std::move(message)); }
+  static Status aborted(std::string message) { return Status(StatusCode::kAborted, std::move(message)); }
 
-  bool is_ok() const { return !failed_; }
-  explicit operator bool() const { return !failed_; }
+  bool is_ok() const { return code_ == StatusCode::kOk; }
+  explicit operator bool() const { return is_ok(); }
+  StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
 
-  // Prefixes the message with context ("model.gguf: " + message).
+  // Prefixes the message with context ("model.gguf: " + message); keeps the code.
   Status with_context(const std::string& context) const {
-    if (!failed_) return *this;
-    return Status(context + ": " + message_, true);
+    if (is_ok()) return *this;
+    return Status(code_, context + ": " + message_);
   }
 
  private:
-  Status(std::string message, bool failed) : message_(std::move(message)), failed_(failed) {}
+  Status(StatusCode code, std::string message) : message_(std::move(message)), code_(code) {
+    if (code_ == StatusCode::kOk) code_ = StatusCode::kError;  // an error is never ok
+  }
   std::string message_;
-  bool failed_ = false;
+  StatusCode code_ = StatusCode::kOk;
 };
 
 template <typename T>

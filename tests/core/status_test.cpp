@@ -31,6 +31,17 @@ TEST(Status, ValuesAndErrorsPropagate) {
   EXPECT_EQ(s.with_context("file.gguf").message(), "file.gguf: not positive: -1");
 }
 
+TEST(Status, CodesSurviveContextAndPropagation) {
+  Status s = Status::too_large("prompt of 9000 tokens").with_context("request 7");
+  EXPECT_EQ(s.code(), StatusCode::kTooLarge);
+  EXPECT_EQ(s.message(), "request 7: prompt of 9000 tokens");
+  Result<int> r = Status::unavailable("queue full");
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(Status::error("x").code(), StatusCode::kError);
+  EXPECT_EQ(Status::error(StatusCode::kOk, "x").code(), StatusCode::kError);  // never ok
+  EXPECT_EQ(Status::ok().code(), StatusCode::kOk);
+}
+
 TEST(StatusDeathTest, ValueOfErrorAborts) {
   Result<int> r = Status::error("boom");
   EXPECT_DEATH((void)r.value(), "boom");

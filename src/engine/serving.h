@@ -1,0 +1,157 @@
+// ServingEngine: continuous batching of many requests over one Engine (the contract the HTTP
+// server codes against; the implementation lives in engine/scheduler*.cpp).
+//
+// Threads. submit/abort/metrics/shutdown are thread-safe and never block on a forward pass.
+// One loop thread (start()) or the caller (step(), for tests) runs the scheduler; observers are
+// called on that thread, must not block, and must not call back into the engine except abort().
+//
+// Request life: submit -> waiting -> (admitted when its prompt's blocks fit after prefix-cache
+// matching, above the free-block watermark) running: prefill in chunks that share steps with
+// other sequences' decodes -> decoding -> finished. Under KV pressure the lowest-priority,
+// latest-arrived running request is preempted (its blocks freed, recomputed later from prompt +
+// tokens so far; the client sees nothing but a delay and identical output). Every request gets
+// exactly one on_finish, last.
+//
+// Per step: at most max_num_seqs sequences and max_num_batched_tokens tokens, one forward pass
+// over all of them (a ragged batch, attention through each sequence's block table).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "model/tokenizer.h"
+
+namespace pagoda::engine {
+
+struct ServingConfig {
+  int64_t max_num_seqs = 64;             // sequences (choices) per step
+  int64_t max_num_batched_tokens = 512;  // tokens per step (prefill chunks + decodes)
+  int64_t max_waiting = 256;             // queued requests beyond which submit() is refused
+  double kv_watermark = 0.01;            // fraction of blocks kept free at admission
+};
+
+struct CompletionRequest {
+  std::vector<int32_t> prompt;           // token ids, BOS included if wanted
+  int64_t max_tokens = 16;               // per choice; clipped to what the context leaves
+  SamplingParams sampling = SamplingParams::greedy();  // choice i draws with seed + i
+  std::vector<int32_t> stop_token_ids;   // end a choice (the token is not part of its text)
+  std::vector<std::string> stop;         // stop strings: text ends before the first match
+  bool ignore_eos = false;               // otherwise the model's EOS ends a choice
+  int n = 1;                             // choices; they share the prompt's blocks (copy-on-write)
+  int logprobs = -1;                     // -1: none; k >= 0: chosen token's logprob + top k (k <= 20)
+  int32_t priority = 0;                  // higher: admitted first, preempted last, cached longer
+  std::string cache_salt;                // prefix-cache entries are shared only within one salt
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;                     // natural log of the softmax of the raw logits
+};
+
+// One generated token of one choice. `text` is the UTF-8-safe text delta it releases (text
+// that could still become a stop string or an incomplete character is held back, so text may be
+// empty and a later event may release several tokens' worth).
+struct TokenEvent {
+  int choice = 0;
+  int32_t token = 0;
+  std::string text;
+  TokenLogprob chosen;                   // when logprobs >= 0
+  std::vector<TokenLogprob> top;         // logprobs entries, best first
+};
+
+struct ChoiceEnd {
+  int choice = 0;
+  FinishReason reason = FinishReason::kLength;  // kStop: EOS, stop token or stop string
+  std::string text;                      // held-back text released at the end (may be empty)
+};
+
+struct RequestUsage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;         // all choices
+  int64_t cached_tokens = 0;             // prompt tokens whose KV came from the prefix cache
+  double queue_s = 0;                    // submit -> first scheduled
+  double ttft_s = 0;                     // submit -> first token
+  double e2e_s = 0;                      // submit -> finish
+  int64_t preemptions = 0;
+};
+
+class RequestObserver {
+ public:
+  virtual ~RequestObserver() = default;
+  virtual void on_tokens(std::span<const TokenEvent> events) = 0;
+  virtual void on_choice_end(const ChoiceEnd& end) = 0;
+  // The last call. Not ok: the request failed (kAborted when aborted, kTooLarge when it can
+  // never fit, kUnavailable when shut down); usage holds what was done until then.
+  virtual void on_finish(const Status& status, const RequestUsage& usage) = 0;
+};
+
+using RequestId = int64_t;
+
+// Prometheus-ready numbers (the server renders them). Base units: seconds, tokens, blocks.
+struct Histogram {
+  static constexpr std::array<double, 14> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                      0.25, 0.5, 1, 2.5, 5, 10, 30};
+  std::array<int64_t, kBounds.size() + 1> buckets{};  // non-cumulative; last: > kBounds.back()
+  double sum = 0;
+  int64_t count = 0;
+  void observe(double value);
+};
+
+struct ServingMetrics {
+  // Counters (monotonic).
+  int64_t prompt_tokens = 0;             // prompt tokens of finished-or-running requests
+  int64_t generation_tokens = 0;
+  int64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;
+  int64_t preemptions = 0;
+  int64_t evicted_blocks = 0;            // cached blocks dropped by the eviction policy
+  int64_t prefix_queried_tokens = 0;     // prompt tokens looked up in the prefix cache
+  int64_t prefix_hit_tokens = 0;         // of which found cached
+  int64_t steps = 0;
+  // Gauges.
+  int64_t running = 0, waiting = 0;
+  int64_t kv_blocks_total = 0, kv_blocks_in_use = 0, kv_blocks_cached = 0, kv_blocks_free = 0;
+  // Latencies in seconds.
+  Histogram ttft, inter_token, e2e, queue;
+};
+
+class ServingEngine {
+ public:
+  // Takes the engine; its block manager is driven only by this object from now on. The
+  // tokenizer turns tokens into text (stop strings, text deltas) and names EOS.
+  static Result<std::unique_ptr<ServingEngine>> create(std::unique_ptr<Engine> engine,
+                                                       std::shared_ptr<const model::Tokenizer> tokenizer,
+                                                       const ServingConfig& config);
+  virtual ~ServingEngine() = default;
+
+  // Validates and queues. Errors (no observer call then): kInvalidArgument (bad parameters,
+  // empty prompt, token ids out of range), kTooLarge (prompt + 1 beyond the context, or more
+  // blocks than the whole pool holds), kUnavailable (queue full or shutting down).
+  virtual Result<RequestId> submit(CompletionRequest request, std::shared_ptr<RequestObserver> observer) = 0;
+  // The request's blocks are freed and on_finish(kAborted) called within one step. Unknown or
+  // finished ids are ignored.
+  virtual void abort(RequestId id) = 0;
+
+  // Runs the loop on a thread of its own until shutdown().
+  virtual void start() = 0;
+  // drain: finish all admitted and waiting work first; otherwise abort it. Refuses new work at
+  // once, joins the loop thread. Idempotent.
+  virtual void shutdown(bool drain) = 0;
+  // Without start(): one scheduling step on the caller's thread; false when there was no work.
+  virtual bool step() = 0;
+
+  virtual ServingMetrics metrics() const = 0;
+  virtual const Engine& engine() const = 0;  // model, KV layout (read-only)
+  virtual const model::Tokenizer& tokenizer() const = 0;
+  // Test hook: BlockManager::check_integrity() run on the loop thread between steps (or
+  // directly when not started); aborts on a leaked or miscounted block.
+  virtual void check_integrity() = 0;
+};
+
+}  // namespace pagoda::engine
