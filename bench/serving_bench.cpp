@@ -74,7 +74,6 @@ Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shar
   sc.max_num_batched_tokens = batched;
   sc.max_waiting = concurrency;
   PAGODA_ASSIGN_OR_RETURN(auto se, engine::ServingEngine::create(std::move(eng), tok, sc));
-  se->start();
   auto counter = std::make_shared<Counter>();
   Rng rng(1234);
   const int64_t n_vocab = std::min<int64_t>(tok->vocab_size(), model->config().n_vocab);
@@ -87,6 +86,7 @@ Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shar
     r.ignore_eos = true;
     PAGODA_RETURN_IF_ERROR(se->submit(std::move(r), counter).status());
   }
+  se->start();  // after every submit: all C requests are there from the first step
   counter->wait(static_cast<int>(concurrency));
   Run out;
   out.seconds = (clock.now_ns() - t0) * 1e-9;

@@ -1,14 +1,21 @@
-// Engine: a model, its paged KV cache and the step loop that turns prompts into tokens.
+// Engine: a model, its paged KV cache and the step that turns tokens into logits.
 //
-// Today it runs one request at a time (`generate`): the longest cached prefix of the prompt
-// is adopted from the prefix cache (kvcache::BlockManager), the rest is prefilled in chunks of
-// up to max_batch_tokens rows (matrix-matrix), then tokens are decoded one per step
-// (matrix-vector), each step writing its K/V through the block table's slot mapping and
-// committing full blocks to the cache. `generate_parallel` forks the prompt's sequence into n
-// samples that share its blocks (copy-on-write) and decodes them together, one row each per
-// step (a ragged batch). Continuous batching of requests extends the same step.
+// `step` is one forward pass over new tokens of several sequences at once (a ragged batch):
+// each sequence's tokens are appended to its block table (slot mapping, copy-on-write copies),
+// the model runs once over all rows, attention reads each sequence's blocks through its table,
+// and the full blocks are committed to the prefix cache. Two drivers use it:
+//   - `generate` / `generate_parallel` / `score` here: one request at a time. The longest cached
+//     prefix of the prompt is adopted from the prefix cache (kvcache::BlockManager), the rest
+//     is prefilled in chunks of up to max_batch_tokens rows, then tokens are decoded one per
+//     step; generate_parallel forks the prompt's sequence into n samples that share its blocks
+//     (copy-on-write) and decodes them together, one row each per step.
+//   - ServingEngine (engine/serving.h): continuous batching of many requests; its Scheduler
+//     (engine/scheduler.h) decides each step's sequences and chunk sizes, and it owns the
+//     engine (and so the block manager) from then on.
+// StreamingLLM windows and sliding-window models (engine_window.cpp) are for the first only.
 //
-// Sequence states: waiting -> prefilling (chunks) -> decoding -> finished | aborted.
+// Sequence states: waiting -> prefilling (chunks) -> decoding -> finished | aborted, and under
+// ServingEngine running -> preempted (KV freed, recomputed later) -> waiting.
 #pragma once
 
 #include <functional>

@@ -2,6 +2,11 @@
 // and through the loop thread) give exactly Engine::generate's tokens; preemption under a tiny
 // pool changes nothing but the count; n > 1 shares blocks; aborts, queue limits, shutdown and
 // the metrics.
+#include <atomic>
+#include <thread>
+
+#include "core/rng.h"
+#include "model/model_factory.h"
 #include "serving_test_util.h"
 
 namespace pagoda {
@@ -193,6 +198,44 @@ TEST(ServingEngine, AbortFreesBlocksWithinOneStep) {
   testing::expect_clean(*se);
 }
 
+// A client that disconnects: its observer aborts from on_tokens, on the loop thread.
+class Disconnecting final : public engine::RequestObserver {
+ public:
+  engine::ServingEngine* engine = nullptr;
+  engine::RequestId id = 0;
+  std::atomic<bool> ready{false};
+  Recorder record;
+  void on_tokens(std::span<const engine::TokenEvent> events) override {
+    while (!ready.load()) std::this_thread::yield();  // id is set right after submit returns
+    record.on_tokens(events);
+    engine->abort(id);
+  }
+  void on_choice_end(const engine::ChoiceEnd& end) override { record.on_choice_end(end); }
+  void on_finish(const Status& status, const engine::RequestUsage& usage) override { record.on_finish(status, usage); }
+};
+
+TEST(ServingEngine, DisconnectAbortsOnTheNextStep) {
+  auto s = testing::load_stories();
+  auto se = testing::serving(*s, {}, {});
+  se->start();
+  auto obs = std::make_shared<Disconnecting>();
+  obs->engine = se.get();
+  auto other = std::make_shared<Recorder>();
+  auto id = se->submit(completion(testing::mixed_prompt(*s->tokenizer, 3), 400), obs);
+  ASSERT_TRUE(id.is_ok());
+  obs->id = *id;
+  obs->ready = true;
+  ASSERT_TRUE(se->submit(completion(testing::mixed_prompt(*s->tokenizer, 5), 20), other).is_ok());
+  obs->record.wait();
+  other->wait();
+  EXPECT_EQ(obs->record.status().code(), StatusCode::kAborted);
+  EXPECT_EQ(obs->record.usage().completion_tokens, 1);  // aborted before the second forward
+  EXPECT_TRUE(other->status().is_ok());
+  se->check_integrity();
+  se->shutdown(/*drain=*/true);
+  testing::expect_clean(*se);
+}
+
 TEST(ServingEngine, QueueLimitAndShutdown) {
   auto s = testing::load_stories();
   engine::ServingConfig sc;
@@ -236,6 +279,56 @@ TEST(ServingEngine, QueueLimitAndShutdown) {
   }
   EXPECT_EQ(se2->metrics().finished_abort, 4);
   testing::expect_clean(*se2);
+}
+
+}  // namespace
+}  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+TEST(ServingEngine, RandomModelBatchedDecodesEqualGenerate) {
+  // A random "tiny" model with a synthetic vocab. F32 weights: 12 concurrent requests decode in
+  // steps of >= 8 rows (the matmul's sgemm path) while generate decodes one row at a time, and
+  // the tokens still agree. Q8_0 weights: the decode path quantizes activations to Q8_0 and the
+  // sgemm path does not, so near-ties of a random model flip tokens between them; there, steps
+  // stay under Matmul::kBlasMinTokens rows (short prompts, 7-token steps), as generate's are.
+  for (DType dtype : {DType::kF32, DType::kQ8_0}) {
+    const bool decode_path_only = dtype != DType::kF32;
+    SCOPED_TRACE(dtype_name(dtype));
+    ManualClock clock;
+    Logger logger(LogLevel::kSilent);
+    const model::ModelShape shape = model::find_model_shape("tiny").value();
+    auto file = model::make_random_model(shape, dtype, 99);
+    ASSERT_TRUE(file.is_ok()) << file.status().message();
+    auto tok = std::make_shared<const model::Tokenizer>(
+        model::Tokenizer::create(model::vocab_from_gguf(*file).value()).value());
+    std::shared_ptr<const model::LlamaModel> m = model::LlamaModel::load(std::move(file).value()).value();
+    engine::EngineConfig ec;
+    ec.num_threads = 1;
+    ec.max_context = 256;
+    auto reference = engine::Engine::create(m, ec, clock, logger).value();
+    engine::ServingConfig sc;
+    sc.max_num_seqs = decode_path_only ? 7 : 12;
+    sc.max_num_batched_tokens = decode_path_only ? 7 : 48;
+    auto se = engine::ServingEngine::create(engine::Engine::create(m, ec, clock, logger).value(), tok, sc).value();
+    std::vector<Submitted> all;
+    Rng rng(5);
+    for (int i = 0; i < 12; ++i) {
+      std::vector<int32_t> prompt(decode_path_only ? 1 + i % 7 : 3 + (i * 11) % 40);
+      for (int32_t& t : prompt) t = static_cast<int32_t>(3 + rng.next_u64() % (shape.n_vocab - 3));
+      all.push_back({completion(std::move(prompt), 10 + i), std::make_shared<Recorder>()});
+      ASSERT_TRUE(se->submit(all.back().request, all.back().recorder).is_ok());
+    }
+    testing::run_to_end(*se);
+    for (size_t i = 0; i < all.size(); ++i) {
+      engine::GenerateRequest g;
+      g.prompt = all[i].request.prompt;
+      g.max_new_tokens = all[i].request.max_tokens;
+      EXPECT_EQ(all[i].recorder->choice(0).tokens, reference->generate(g).value().tokens) << "request " << i;
+    }
+    testing::expect_clean(*se);
+  }
 }
 
 }  // namespace
