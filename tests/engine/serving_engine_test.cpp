@@ -144,6 +144,41 @@ TEST(ServingEngine, PreemptionUnderATinyPoolKeepsOutputsIdentical) {
   }
 }
 
+TEST(ServingEngine, PriorityAdmitsFirstAndIsPreemptedLast) {
+  auto s = testing::load_stories();
+  {
+    engine::ServingConfig one;
+    one.max_num_seqs = 1;
+    auto se = testing::serving(*s, {}, one);
+    auto low = std::make_shared<Recorder>(), high = std::make_shared<Recorder>();
+    engine::CompletionRequest r = completion(testing::mixed_prompt(*s->tokenizer, 1), 3);
+    ASSERT_TRUE(se->submit(r, low).is_ok());
+    r.priority = 5;
+    ASSERT_TRUE(se->submit(r, high).is_ok());
+    ASSERT_TRUE(se->step());
+    EXPECT_EQ(high->choice(0).tokens.size(), 1u);  // admitted first despite arriving later
+    EXPECT_TRUE(low->choice(0).tokens.empty());
+    testing::run_to_end(*se);
+    EXPECT_EQ(low->choice(0).tokens, high->choice(0).tokens);
+    testing::expect_clean(*se);
+  }
+  engine::EngineConfig ec;
+  ec.kv_cache_bytes = testing::pool_bytes(*s, 8);
+  auto se = testing::serving(*s, ec, {});
+  std::vector<Submitted> all;
+  for (int i = 0; i < 5; ++i) {
+    all.push_back({completion(testing::mixed_prompt(*s->tokenizer, 2 * i), 40), std::make_shared<Recorder>()});
+    all.back().request.priority = i == 2 ? 10 : 0;
+    ASSERT_TRUE(se->submit(all.back().request, all.back().recorder).is_ok());
+  }
+  testing::run_to_end(*se);
+  expect_equal_to_reference(*s, all);
+  EXPECT_GT(se->metrics().preemptions, 0);
+  EXPECT_EQ(all[2].recorder->usage().preemptions, 0);
+  EXPECT_GT(se->metrics().evicted_blocks, 0);  // the tiny pool recycles cached blocks
+  testing::expect_clean(*se);
+}
+
 TEST(ServingEngine, ParallelChoicesShareThePromptAndEqualSeededGenerate) {
   auto s = testing::load_stories();
   auto se = testing::serving(*s, {}, {});

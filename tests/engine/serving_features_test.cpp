@@ -232,3 +232,24 @@ TEST(ServingFeatures, BadRequestsAndConfigsAreRefused) {
 
 }  // namespace
 }  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+TEST(ServingMetrics, HistogramBucketsAreLessOrEqualBounds) {
+  engine::Histogram h;
+  h.observe(0.0);
+  h.observe(0.001);   // == the first bound: first bucket ("le")
+  h.observe(0.0011);
+  h.observe(30.0);
+  h.observe(31.0);    // above every bound: the last bucket
+  EXPECT_EQ(h.buckets[0], 2);
+  EXPECT_EQ(h.buckets[1], 1);
+  EXPECT_EQ(h.buckets[engine::Histogram::kBounds.size() - 1], 1);
+  EXPECT_EQ(h.buckets[engine::Histogram::kBounds.size()], 1);
+  EXPECT_EQ(h.count, 5);
+  EXPECT_DOUBLE_EQ(h.sum, 0.001 + 0.0011 + 61.0);
+}
+
+}  // namespace
+}  // namespace pagoda

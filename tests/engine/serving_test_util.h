@@ -135,6 +135,8 @@ inline void expect_clean(engine::ServingEngine& se) {
   EXPECT_EQ(m.kv_blocks_in_use, 0);
   EXPECT_EQ(m.running, 0);
   EXPECT_EQ(m.waiting, 0);
+  EXPECT_EQ(m.kv_blocks_total, se.engine().kv_plan().num_blocks);
+  EXPECT_EQ(m.kv_blocks_in_use + m.kv_blocks_cached + m.kv_blocks_free, m.kv_blocks_total);
 }
 
 }  // namespace pagoda::testing
