@@ -1,5 +1,7 @@
 #include "model/tokenizer.h"
 
+#include "model/byte_level.h"
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -91,6 +93,18 @@ std::string byte_token_text(uint8_t byte) {
 // The token for each byte in byte fallback: a BYTE token, else a token spelled "<0xNN>"
 // (llama.cpp's lookup), else the one-byte token, else unk_id (may be -1). Types must be valid.
 std::array<int32_t, 256> build_byte_table(const Vocab& vocab) {
+  if (vocab.model == VocabModel::kBpe && vocab.byte_level) {  // the byte's byte-level character
+    std::array<int32_t, 256> table;
+    table.fill(vocab.unk_id);
+    for (size_t id = vocab.tokens.size(); id-- > 0;) {
+      const std::string& text = vocab.tokens[id];
+      if (text.size() > 2 || vocab.types[id] == TokenType::kControl) continue;
+      for (size_t b = 0; b < 256; ++b) {
+        if (text == byte_level_char(static_cast<uint8_t>(b))) table[b] = static_cast<int32_t>(id);
+      }
+    }
+    return table;
+  }
   std::array<int32_t, 256> typed, spelled, single;
   typed.fill(-1);
   spelled.fill(-1);
@@ -170,7 +184,9 @@ Status validate_vocab(const Vocab& vocab) {
 
 Result<Tokenizer> Tokenizer::create(Vocab vocab) {
   PAGODA_RETURN_IF_ERROR(validate_vocab(vocab));
-  return Tokenizer(std::move(vocab));
+  Tokenizer tokenizer(std::move(vocab));
+  if (tokenizer.vocab_.model == VocabModel::kBpe) PAGODA_RETURN_IF_ERROR(tokenizer.init_bpe());
+  return tokenizer;
 }
 
 Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
@@ -185,6 +201,10 @@ Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
     switch (vocab_.types[id]) {
       case TokenType::kUndefined:
       case TokenType::kNormal:
+        if (vocab_.model == VocabModel::kBpe && vocab_.byte_level) {
+          byte_level_decode(text, pieces_[id]);
+          break;
+        }
         for (size_t i = 0; i < text.size();) {
           if (text.compare(i, kSpaceMarker.size(), kSpaceMarker) == 0) {
             pieces_[id].push_back(' ');
@@ -296,6 +316,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
     if (fragment.special_id >= 0) {
       ids.push_back(fragment.special_id);
       after_special = true;
+      continue;
+    }
+    if (vocab_.model == VocabModel::kBpe) {
+      encode_bpe_fragment(text.substr(fragment.begin, fragment.end - fragment.begin),
+                          after_special, ids);
+      after_special = false;
       continue;
     }
     escaped.clear();
