@@ -1,5 +1,7 @@
 #include "model/gguf_vocab.h"
 
+#include <unordered_map>
+
 namespace pagoda::model {
 namespace {
 // Pagoda's own keys for what tokenizer.ggml.* cannot say (llama.cpp ignores them).
@@ -63,9 +65,35 @@ Result<Vocab> vocab_from_gguf(const GgufFile& file) {
   return v;
 }
 
+Vocab spm_vocab_from_merges(const Vocab& vocab) {
+  CHECK(vocab.model == VocabModel::kBpe && !vocab.byte_level);
+  Vocab spm = vocab;
+  spm.model = VocabModel::kSpm;
+  spm.merges.clear();
+  spm.pre_regexes.clear();
+  std::unordered_map<std::string_view, size_t> id_of;
+  for (size_t id = 0; id < vocab.tokens.size(); ++id) id_of.try_emplace(vocab.tokens[id], id);
+  const float never = -static_cast<float>(vocab.merges.size() + 1);
+  spm.scores.assign(vocab.tokens.size(), never);
+  std::string merged;
+  for (size_t rank = vocab.merges.size(); rank-- > 0;) {  // the lowest rank making a token wins
+    const std::string& m = vocab.merges[rank];
+    merged.clear();
+    for (char c : m) {
+      if (c != ' ') merged.push_back(c);  // SentencePiece-style token texts have no spaces
+    }
+    auto it = id_of.find(merged);
+    if (it != id_of.end()) spm.scores[it->second] = -static_cast<float>(rank);
+  }
+  return spm;
+}
+
 void vocab_to_gguf(const Vocab& vocab, GgufFile& file) {
+  if (vocab.model == VocabModel::kBpe && !vocab.byte_level) {
+    vocab_to_gguf(spm_vocab_from_merges(vocab), file);
+    return;
+  }
   const bool bpe = vocab.model == VocabModel::kBpe;
-  CHECK(!bpe || vocab.byte_level) << "GGUF has no form for SentencePiece-style text with merges";
   file.set("tokenizer.ggml.model", GgufValue::of_string(bpe ? "gpt2" : "llama"));
   if (bpe) {
     file.set("tokenizer.ggml.pre", GgufValue::of_string(vocab.pre.empty() ? "default" : vocab.pre));

@@ -16,8 +16,16 @@ namespace pagoda::model {
 // tokenizer.json files say).
 Result<Vocab> vocab_from_gguf(const GgufFile& file);
 
-// Stores the vocab as tokenizer.ggml.* keys (model "llama", or "gpt2" for kBpe, which must be
-// byte_level) plus, for gpt2, the tokenizer.pagoda.* keys above.
+// Stores the vocab as tokenizer.ggml.* keys: model "gpt2" for byte-level kBpe (plus the
+// tokenizer.pagoda.* keys above), else "llama"; a SentencePiece-style kBpe vocab is stored as
+// spm_vocab_from_merges(vocab).
 void vocab_to_gguf(const Vocab& vocab, GgufFile& file);
+
+// A SentencePiece-style kBpe vocab (byte_level = false) as kSpm, as llama.cpp's converter stores
+// Llama 2: each token's score is -(the lowest rank of a merge that makes it), tokens no merge
+// makes score below every merge. Merging by these scores is merging by rank when, as in
+// tokenizer.json files converted from SentencePiece, every merge that makes a token has that
+// token's rank order.
+Vocab spm_vocab_from_merges(const Vocab& vocab);
 
 }  // namespace pagoda::model

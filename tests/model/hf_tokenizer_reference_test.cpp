@@ -88,7 +88,7 @@ void check_against_reference(const std::string& package) {
   const size_t from_json = compare(hf->tokenizer, corpus, expected, package + " tokenizer.json");
 
   size_t from_gguf = 0;
-  if (hf->tokenizer.vocab().byte_level) {
+  {  // byte-level: a gpt2 GGUF; SentencePiece-style: a llama (SPM) GGUF with scores from ranks
     GgufFile file;
     vocab_to_gguf(hf->tokenizer.vocab(), file);
     const std::vector<uint8_t> bytes = file.to_bytes();
