@@ -16,6 +16,7 @@
 #include <unicode/utf8.h>
 
 #include <queue>
+#include <unordered_map>
 
 #include "model/byte_level.h"
 #include "model/tokenizer.h"
@@ -122,8 +123,9 @@ void Tokenizer::encode_bpe_fragment(std::string_view raw, bool first,
       }
     }
     std::vector<std::string_view> chars;
-    for (size_t i = 0; i < escaped.size();) {
-      const std::string_view c = std::string_view(escaped).substr(i, utf8_length(escaped.substr(i)));
+    const std::string_view view(escaped);
+    for (size_t i = 0; i < view.size();) {
+      const std::string_view c = view.substr(i, utf8_length(view.substr(i)));
       auto it = piece_to_id_.find(c);
       symbols.push_back(it == piece_to_id_.end() ? -1 : it->second);
       chars.push_back(c);
@@ -132,21 +134,38 @@ void Tokenizer::encode_bpe_fragment(std::string_view raw, bool first,
     bpe_merge(symbols, chars, out);
     return;
   }
+  // Pieces repeat (words), so each distinct short piece is encoded once per fragment: its ids
+  // are out[first, first + count) where it first appeared.
+  constexpr size_t kMaxCachedPiece = 64;
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> encoded;  // piece -> (first, count)
   std::string mapped;
   for (const auto& [begin, end] : pre_.split(text)) {
     const std::string_view piece = text.substr(begin, end - begin);
+    const size_t first = out.size();
+    if (piece.size() <= kMaxCachedPiece) {
+      auto it = encoded.find(piece);
+      if (it != encoded.end()) {
+        const auto [from, count] = it->second;
+        for (size_t i = 0; i < count; ++i) out.push_back(out[from + i]);
+        continue;
+      }
+    }
+    bool whole = false;
     if (vocab_.ignore_merges) {
       mapped.clear();
       byte_level_encode(piece, mapped);
       auto it = piece_to_id_.find(mapped);
       if (it != piece_to_id_.end()) {
         out.push_back(it->second);
-        continue;
+        whole = true;
       }
     }
-    symbols.clear();
-    for (char c : piece) symbols.push_back(byte_to_id_[static_cast<uint8_t>(c)]);
-    bpe_merge(symbols, {}, out);
+    if (!whole) {
+      symbols.clear();
+      for (char c : piece) symbols.push_back(byte_to_id_[static_cast<uint8_t>(c)]);
+      bpe_merge(symbols, {}, out);
+    }
+    if (piece.size() <= kMaxCachedPiece) encoded.emplace(piece, std::make_pair(first, out.size() - first));
   }
 }
 
