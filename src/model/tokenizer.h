@@ -6,7 +6,8 @@
 //         or, with byte_level = false, SentencePiece-style text ("▁" for spaces, byte fallback)
 //         as Llama 2's tokenizer.json.
 //
-// kSpm in detail:
+// Step 1 (special tokens) and decoding below hold for both; steps 2-4 are kSpm's, kBpe's are at
+// the top of bpe.cpp. Byte-level kBpe pieces are the bytes the token's characters stand for.
 //
 // Encoding (Tokenizer::encode):
 //   1. With parse_special, CONTROL and UNKNOWN token texts found in the text become those tokens;
