@@ -94,9 +94,22 @@ std::string token_text(const json& config, const char* key) {
   return "";
 }
 
+Result<HfTokenizer> load(const std::string& dir);
+
 }  // namespace
 
+// A JSON value of an unexpected type makes nlohmann throw; that is bad input, not a crash.
 Result<HfTokenizer> load_hf_tokenizer(const std::string& dir) {
+  try {
+    return load(dir);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::invalid_argument(dir + ": unexpected tokenizer JSON (" + e.what() + ")");
+  }
+}
+
+namespace {
+
+Result<HfTokenizer> load(const std::string& dir) {
   const std::filesystem::path folder(dir);
   PAGODA_ASSIGN_OR_RETURN(json j, read_json(folder / "tokenizer.json"));
   json config = json::object();
@@ -141,6 +154,11 @@ Result<HfTokenizer> load_hf_tokenizer(const std::string& dir) {
       return Status::invalid_argument(dir + "/tokenizer.json: an added token without a good id and content");
     }
     n = std::max(n, t["id"].get<int64_t>() + 1);
+  }
+  const auto entries = static_cast<int64_t>(m["vocab"].size() + added.size());
+  if (n > entries + 65536) {  // ids far apart: a broken file, not a reason to allocate n tokens
+    return Status::invalid_argument(dir + "/tokenizer.json: token ids go up to " + std::to_string(n - 1) +
+                                    " for " + std::to_string(entries) + " tokens");
   }
   v.tokens.assign(static_cast<size_t>(n), "");
   v.types.assign(static_cast<size_t>(n), TokenType::kUnused);
@@ -243,4 +261,5 @@ Result<HfTokenizer> load_hf_tokenizer(const std::string& dir) {
   return HfTokenizer{std::move(*tokenizer), bos, eos, add_bos, std::move(chat_template)};
 }
 
+}  // namespace
 }  // namespace pagoda::model

@@ -81,6 +81,11 @@ TEST_F(HfTokenizerErrors, ClearMessages) {
   EXPECT_NE(load_error("{" + bpe + R"(, "normalizer": {"type": "Lowercase"}})").find("Lowercase"), std::string::npos);
   EXPECT_NE(load_error("{" + bpe + R"(, "pre_tokenizer": {"type": "Whitespace"}})").find("Whitespace"), std::string::npos);
   EXPECT_NE(load_error("{" + bpe + "}").find("neither byte-level"), std::string::npos);
+  // JSON of the wrong types is an error, not an exception.
+  EXPECT_NE(load_error("{" + bpe + R"(, "added_tokens": [{"id": 3, "content": "x", "special": "yes"}]})").find("unexpected tokenizer JSON"), std::string::npos);
+  EXPECT_NE(load_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [7]}})").find("merge"), std::string::npos);
+  EXPECT_FALSE(load_error(R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})").empty());
+  EXPECT_NE(load_error("{" + bpe + R"(, "added_tokens": [{"id": 2000000000, "content": "x"}]})").find("ids go up to"), std::string::npos);
   // Byte-level, but the vocab lacks most byte characters and has no unk.
   EXPECT_NE(load_error("{" + bpe + R"(, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false}})").find("byte"), std::string::npos);
 }
