@@ -8,7 +8,8 @@
 //      Not byte_level (SentencePiece-style text): spaces become "▁", a "▁" is prepended when
 //      add_space_prefix and the fragment is first or follows a special token, and the UTF-8
 //      characters of the whole fragment are merged; a character that is not a token goes
-//      through byte fallback ("<0xNN>" tokens, else unk).
+//      through byte fallback ("<0xNN>" tokens, else unk). (Which fragments get the "▁":
+//      Tokenizer::space_prefix, see Vocab.)
 //   3. Merging: the adjacent pair with the lowest merge rank merges, leftmost first on ties,
 //      until no adjacent pair has a merge (a linked list and a priority queue, O(n log n)).
 #include <unicode/normalizer2.h>
@@ -103,7 +104,7 @@ Status Tokenizer::init_bpe() {
   return Status::ok();
 }
 
-void Tokenizer::encode_bpe_fragment(std::string_view raw, bool first,
+void Tokenizer::encode_bpe_fragment(std::string_view raw, bool prefix,
                                     std::vector<int32_t>& out) const {
   std::string normalized;
   std::string_view text = raw;
@@ -114,7 +115,7 @@ void Tokenizer::encode_bpe_fragment(std::string_view raw, bool first,
   std::vector<int32_t> symbols;
   if (!vocab_.byte_level) {
     std::string escaped;
-    if (vocab_.add_space_prefix && first) escaped.append(kSpaceMarker);
+    if (prefix) escaped.append(kSpaceMarker);
     for (char c : text) {
       if (c == ' ') {
         escaped.append(kSpaceMarker);

@@ -8,6 +8,8 @@ namespace {
 constexpr const char* kPreRegexesKey = "tokenizer.pagoda.pre_regexes";
 constexpr const char* kIgnoreMergesKey = "tokenizer.pagoda.ignore_merges";
 constexpr const char* kNormalizeNfcKey = "tokenizer.pagoda.normalize_nfc";
+constexpr const char* kPrefixFirstOnlyKey = "tokenizer.pagoda.space_prefix_first_only";
+constexpr const char* kPrefixUnlessSpaceKey = "tokenizer.pagoda.space_prefix_unless_space";
 }  // namespace
 
 Result<Vocab> vocab_from_gguf(const GgufFile& file) {
@@ -46,6 +48,8 @@ Result<Vocab> vocab_from_gguf(const GgufFile& file) {
   v.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(!bpe);
   v.add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   v.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(!bpe);
+  v.space_prefix_first_only = file.get_bool(kPrefixFirstOnlyKey).value_or(false);
+  v.space_prefix_unless_space = file.get_bool(kPrefixUnlessSpaceKey).value_or(false);
   if (bpe) {
     v.model = VocabModel::kBpe;
     const std::vector<std::string>* merges = file.get_string_array("tokenizer.ggml.merges");
@@ -115,6 +119,8 @@ void vocab_to_gguf(const Vocab& vocab, GgufFile& file) {
   file.set("tokenizer.ggml.add_bos_token", GgufValue::of_bool(vocab.add_bos));
   file.set("tokenizer.ggml.add_eos_token", GgufValue::of_bool(vocab.add_eos));
   file.set("tokenizer.ggml.add_space_prefix", GgufValue::of_bool(vocab.add_space_prefix));
+  if (vocab.space_prefix_first_only) file.set(kPrefixFirstOnlyKey, GgufValue::of_bool(true));
+  if (vocab.space_prefix_unless_space) file.set(kPrefixUnlessSpaceKey, GgufValue::of_bool(true));
 }
 
 }  // namespace pagoda::model

@@ -77,12 +77,24 @@ Status read_pre_step(const json& step, Vocab& v, bool& byte_level_step) {
     }
     return Status::ok();
   }
+  if (type == "Metaspace") {  // SentencePiece-style text, as the Prepend+Replace normalizers
+    const std::string scheme = step.value("prepend_scheme", "always");
+    if (step.value("replacement", "\u2581") != "\u2581" || step.value("split", false) ||
+        (scheme != "always" && scheme != "first" && scheme != "never")) {
+      return Status::invalid_argument("tokenizer.json: Metaspace is supported with replacement \u2581, split false and prepend_scheme always/first/never");
+    }
+    v.byte_level = false;
+    v.add_space_prefix = scheme != "never";
+    v.space_prefix_first_only = scheme == "first";
+    v.space_prefix_unless_space = true;
+    return Status::ok();
+  }
   if (type == "Digits") {
     v.pre_regexes.emplace_back(step.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+");
     return Status::ok();
   }
   return Status::invalid_argument("tokenizer.json: pre-tokenizer '" + type +
-                                  "' is not supported (supported: ByteLevel, Split(Regex, Isolated), Digits, Sequence)");
+                                  "' is not supported (supported: ByteLevel, Split(Regex, Isolated), Digits, Metaspace, Sequence)");
 }
 
 // A token text named in tokenizer_config.json: a string or an AddedToken object.

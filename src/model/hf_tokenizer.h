@@ -5,8 +5,8 @@
 //     merges by rank, the GPT-2 byte-to-unicode mapping, pre-tokenizer Split(Regex, Isolated) /
 //     ByteLevel(use_regex) / Digits steps in a Sequence, normalizer NFC or none,
 //     model.ignore_merges.
-//   - SentencePiece-style BPE (Llama 2, Mistral): normalizer Prepend("▁") + Replace(" ", "▁"),
-//     no pre-tokenizer, byte_fallback.
+//   - SentencePiece-style BPE (Llama 2, Mistral): normalizer Prepend("▁") + Replace(" ", "▁")
+//     and no pre-tokenizer, or pre-tokenizer Metaspace (split false); byte_fallback.
 // added_tokens become USER_DEFINED (special=false: always matched) or CONTROL tokens
 // (special=true: matched only with parse_special).
 // tokenizer_config.json, when present, gives bos_token / eos_token (a string or an AddedToken

@@ -193,6 +193,14 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
   return fragments;
 }
 
+bool Tokenizer::space_prefix(std::string_view text, size_t begin, bool after_special) const {
+  if (!vocab_.add_space_prefix || !after_special) return false;
+  if (vocab_.space_prefix_first_only && begin != 0) return false;
+  const std::string_view rest = text.substr(begin);
+  return !(vocab_.space_prefix_unless_space &&
+           (rest.starts_with(' ') || rest.starts_with(kSpaceMarker)));
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
                                        bool parse_special) const {
   std::vector<int32_t> ids;
@@ -208,14 +216,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
       after_special = true;
       continue;
     }
+    const bool prefix = space_prefix(text, fragment.begin, after_special);
     if (vocab_.model == VocabModel::kBpe) {
-      encode_bpe_fragment(text.substr(fragment.begin, fragment.end - fragment.begin),
-                          after_special, ids);
+      encode_bpe_fragment(text.substr(fragment.begin, fragment.end - fragment.begin), prefix,
+                          ids);
       after_special = false;
       continue;
     }
     escaped.clear();
-    if (vocab_.add_space_prefix && after_special) escaped.append(kSpaceMarker);
+    if (prefix) escaped.append(kSpaceMarker);
     for (char c : text.substr(fragment.begin, fragment.end - fragment.begin)) {
       if (c == ' ') {
         escaped.append(kSpaceMarker);

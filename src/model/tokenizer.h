@@ -62,6 +62,12 @@ struct Vocab {
   std::vector<TokenType> types;     // [n_vocab]
   int32_t bos_id = 1, eos_id = 2, unk_id = 0;  // -1 = none
   bool add_bos = true, add_eos = false, add_space_prefix = true;
+  // Which raw fragments (text between special tokens) add_space_prefix gives a "▁": by default
+  // each one at the text's start or after a special token (llama.cpp; HF's Prepend normalizer).
+  // Hugging Face's Metaspace pre-tokenizer: not when the fragment starts with a space (or "▁"),
+  // and with prepend_scheme "first" only the fragment at the text's start.
+  bool space_prefix_first_only = false;
+  bool space_prefix_unless_space = false;
 
   VocabModel model = VocabModel::kSpm;
   // kBpe only. merges[r] = "left right" (two token texts), rank r: lower ranks merge first.
@@ -125,9 +131,10 @@ class Tokenizer {
   Status init_bpe();  // kBpe (bpe.cpp): merges_ and pre_ from the vocab, or why not
   std::vector<Fragment> split_special(std::string_view text, bool parse_special) const;
   void encode_fragment(std::string_view escaped, std::vector<int32_t>& out) const;
-  // kBpe (bpe.cpp): one raw fragment (between special tokens); `first` = at the start of the
-  // text or right after a special token.
-  void encode_bpe_fragment(std::string_view raw, bool first, std::vector<int32_t>& out) const;
+  // Whether the raw fragment [begin, end) of `text` gets the "▁" prefix (see Vocab).
+  bool space_prefix(std::string_view text, size_t begin, bool after_special) const;
+  // kBpe (bpe.cpp): one raw fragment (between special tokens); `prefix`: space_prefix().
+  void encode_bpe_fragment(std::string_view raw, bool prefix, std::vector<int32_t>& out) const;
   // Merges `ids` (initial symbols; -1 = not a token) by rank, leftmost first, and appends the
   // result; a -1 left over is `fallback`'s bytes through byte fallback.
   void bpe_merge(std::vector<int32_t>& ids, std::span<const std::string_view> fallback,

