@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 
@@ -66,6 +67,15 @@ inline bool is_kquant(DType dtype) { return dtype == DType::kQ4_K || dtype == DT
 
 // The 8 scales and 8 mins of a Q4_K / Q5_K super-block, unpacked from its 12 bytes.
 void unpack_kquant_scales(const uint8_t packed[12], uint8_t sc[8], uint8_t m[8]);
+// The same, 8 bytes at a time: *sc8 holds sc[0..7] (byte j = sc[j]), *m8 the mins.
+inline void unpack_kquant_scales_u64(const uint8_t packed[12], uint64_t* sc8, uint64_t* m8) {
+  uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+  *sc8 = (u[0] & 0x3f3f3f3fu) | (static_cast<uint64_t>(sc_hi) << 32);
+  *m8 = (u[1] & 0x3f3f3f3fu) | (static_cast<uint64_t>(m_hi) << 32);
+}
 
 // n a multiple of 256 (CHECKed). src: n / 256 blocks of `dtype` (a k-quant); dst: n floats.
 void dequantize_row_kquant(DType dtype, const void* src, float* dst, int64_t n);
