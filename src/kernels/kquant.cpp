@@ -43,27 +43,51 @@ inline int q6_value(const BlockQ6_K& blk, int v) {
 }
 
 // Q4_K (qh == nullptr) or Q5_K: x = (d * sc) * q - (dmin * m), each product rounded to f32.
+// Loops in the format's own order (64-value chunks, low then high nibbles) so they vectorize.
 void dequantize_q45(uint16_t d16, uint16_t dmin16, const uint8_t* scales, const uint8_t* qs, const uint8_t* qh,
                     float* out) {
   const float d = fp16_to_fp32(d16);
   const float dmin = fp16_to_fp32(dmin16);
   uint8_t sc[8], m[8];
   unpack_kquant_scales(scales, sc, m);
-  for (int j = 0; j < 8; ++j) {
-    const float dj = d * static_cast<float>(sc[j]);
-    const float mj = dmin * static_cast<float>(m[j]);
+  for (int c = 0; c < 4; ++c) {
+    const float d1 = d * static_cast<float>(sc[2 * c]), m1 = dmin * static_cast<float>(m[2 * c]);
+    const float d2 = d * static_cast<float>(sc[2 * c + 1]), m2 = dmin * static_cast<float>(m[2 * c + 1]);
+    const uint8_t* q = qs + 32 * c;
+    float* y = out + 64 * c;
     for (int l = 0; l < 32; ++l) {
-      const float scaled = dj * static_cast<float>(q45_value(qs, qh, 32 * j + l));
-      out[32 * j + l] = scaled - mj;
+      const int hi1 = qh != nullptr ? ((qh[l] >> (2 * c)) & 1) << 4 : 0;
+      const float scaled = d1 * static_cast<float>((q[l] & 15) | hi1);
+      y[l] = scaled - m1;
+    }
+    for (int l = 0; l < 32; ++l) {
+      const int hi2 = qh != nullptr ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0;
+      const float scaled = d2 * static_cast<float>((q[l] >> 4) | hi2);
+      y[32 + l] = scaled - m2;
     }
   }
 }
 
 void dequantize_q6(const BlockQ6_K& blk, float* out) {
   const float d = fp16_to_fp32(blk.d);
-  for (int v = 0; v < kQK_K; ++v) {
-    const float ds = d * static_cast<float>(blk.scales[v / 16]);
-    out[v] = ds * static_cast<float>(q6_value(blk, v) - 32);
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* ql = blk.ql + 64 * half;
+    const uint8_t* qh = blk.qh + 32 * half;
+    const int8_t* sc = blk.scales + 8 * half;
+    float* y = out + 128 * half;
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      const float s1 = d * static_cast<float>(sc[is]), s2 = d * static_cast<float>(sc[is + 2]);
+      const float s3 = d * static_cast<float>(sc[is + 4]), s4 = d * static_cast<float>(sc[is + 6]);
+      y[l] = s1 * static_cast<float>(q1);
+      y[l + 32] = s2 * static_cast<float>(q2);
+      y[l + 64] = s3 * static_cast<float>(q3);
+      y[l + 96] = s4 * static_cast<float>(q4);
+    }
   }
 }
 
