@@ -1,7 +1,7 @@
 // k-quant decode kernels for AVX-512 (BW, VL, VNNI): Q4_K / Q5_K / Q6_K weight rows against
 // Q8_K activations, 64 values per zmm step.
 //
-// The arithmetic is that of matmul_kquant_simd.inc (see there), on 512-bit vectors: each
+// The arithmetic is that of matmul_kquant_avx2.cpp (see there), on 512-bit vectors: each
 // 64-value chunk c (two Q4_K/Q5_K sub-blocks, four Q6_K sub-blocks) is unpacked once to
 // unsigned bytes, dotted with every token's 64 x quants by vpmaddubsw, and the i16 pairs are
 // multiplied by their sub-block scales and summed into i32 by one vpdpwssd. A whole decode
