@@ -311,10 +311,7 @@ void quantize_x(const float* x, int64_t n, int8_t* qs, float* d, float* ds, int6
 
 void dequantize_rows_avx2(const WeightView& w, int64_t o_begin, int64_t n_rows, float* dst) {
   const int64_t n = w.n_in;
-  if (is_kquant(w.dtype)) {  // the scalar reference (bit-exact by definition)
-    for (int64_t r = 0; r < n_rows; ++r) dequantize_row_kquant(w.dtype, w.row(o_begin + r), dst + r * n, n);
-    return;
-  }
+  if (is_kquant(w.dtype)) return dequantize_rows_kquant_avx2(w, o_begin, n_rows, dst);
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* row = w.row(o_begin + r);
     float* out = dst + r * n;

@@ -62,6 +62,10 @@ void decode_rows_kquant_avx2(const WeightView& w, const DecodeX& x, int64_t o_be
 void decode_rows_kquant_avx512(const WeightView& w, const DecodeX& x, int64_t o_begin, int64_t o_end, float* y,
                                int64_t ldy);
 
+// dst [n_rows, n_in] = k-quant rows dequantized, bit-identical to dequantize_row
+// (matmul_kquant_avx2.cpp; AVX-512 CPUs run it too).
+void dequantize_rows_kquant_avx2(const WeightView& w, int64_t o_begin, int64_t n_rows, float* dst);
+
 // Shared by the tables (defined in matmul_avx2.cpp; AVX-512 CPUs run it too).
 void dequantize_rows_avx2(const WeightView& w, int64_t o_begin, int64_t n_rows, float* dst);
 

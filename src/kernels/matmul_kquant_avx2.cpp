@@ -238,3 +238,83 @@ void decode_rows_kquant_avx2(const WeightView& w, const DecodeX& x, int64_t o_be
 }
 
 }  // namespace pagoda::kernels::detail
+
+// ---- dequantization for the prefill (sgemm) path, bit-identical to dequantize_row_kquant ----
+// (this file is compiled with -ffp-contract=off: (d * sc) * q - dmin * m stays two roundings)
+
+namespace pagoda::kernels::detail {
+
+namespace {
+
+// 32 unsigned bytes -> 32 floats at out (4 x 8).
+inline void store_scaled(__m256i q8, __m256 scale, __m256 offset, float* out) {
+  const __m128i lo = _mm256_castsi256_si128(q8), hi = _mm256_extracti128_si256(q8, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int k = 0; k < 4; ++k) {
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k]));
+    _mm256_storeu_ps(out + 8 * k, _mm256_sub_ps(_mm256_mul_ps(scale, v), offset));
+  }
+}
+
+void dequantize_q4k_row(const BlockQ4_K* blocks, int64_t nb, float* out) {
+  for (int64_t b = 0; b < nb; ++b, out += kQK_K) {
+    const BlockQ4_K& blk = blocks[b];
+    const float d = f16(blk.d), dmin = f16(blk.dmin);
+    uint8_t sc[8], m[8];
+    unpack_kquant_scales(blk.scales, sc, m);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = load256(blk.qs + 32 * c);
+      const __m256i lo = _mm256_and_si256(raw, _mm256_set1_epi8(15));
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(15));
+      store_scaled(lo, _mm256_set1_ps(d * static_cast<float>(sc[2 * c])),
+                   _mm256_set1_ps(dmin * static_cast<float>(m[2 * c])), out + 64 * c);
+      store_scaled(hi, _mm256_set1_ps(d * static_cast<float>(sc[2 * c + 1])),
+                   _mm256_set1_ps(dmin * static_cast<float>(m[2 * c + 1])), out + 64 * c + 32);
+    }
+  }
+}
+
+// Q6_K: values v of a group of 32 hold q - 32 with scales changing every 16.
+void dequantize_q6k_row(const BlockQ6_K* blocks, int64_t nb, float* out) {
+  for (int64_t b = 0; b < nb; ++b, out += kQK_K) {
+    const BlockQ6_K& blk = blocks[b];
+    const float d = f16(blk.d);
+    Q6K fmt;
+    fmt.init(reinterpret_cast<const uint8_t*>(&blk));
+    for (int k = 0; k < 8; ++k) {
+      const __m256i q = fmt.quants(k);  // 0..63, value order within the group
+      alignas(32) int8_t v[32];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(v), _mm256_sub_epi8(q, _mm256_set1_epi8(32)));
+      for (int half = 0; half < 2; ++half) {
+        const __m256 scale = _mm256_set1_ps(d * static_cast<float>(blk.scales[2 * k + half]));
+        for (int p = 0; p < 2; ++p) {
+          const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + 16 * half + 8 * p));
+          const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+          _mm256_storeu_ps(out + 32 * k + 16 * half + 8 * p, _mm256_mul_ps(scale, x));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_rows_kquant_avx2(const WeightView& w, int64_t o_begin, int64_t n_rows, float* dst) {
+  const int64_t nb = w.n_in / kQK_K;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = w.row(o_begin + r);
+    float* out = dst + r * w.n_in;
+    switch (w.dtype) {
+      case DType::kQ4_K:
+        dequantize_q4k_row(reinterpret_cast<const BlockQ4_K*>(row), nb, out);
+        break;
+      case DType::kQ6_K:
+        dequantize_q6k_row(reinterpret_cast<const BlockQ6_K*>(row), nb, out);
+        break;
+      default:
+        dequantize_row_kquant(w.dtype, row, out, w.n_in);
+    }
+  }
+}
+
+}  // namespace pagoda::kernels::detail

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_isa.h"
 #include "kernels/quant.h"
 
 namespace pagoda::kernels {
@@ -188,6 +190,30 @@ TEST(KQuant, DotMatchesDequantizedProduct) {
         scale += std::fabs(static_cast<double>(wd[i]) * xi);
       }
       EXPECT_NEAR(dot_kquant_q8k(dtype, wq.data(), xq.data(), n), want, 1e-5 * scale) << dtype_name(dtype);
+    }
+  }
+}
+
+// The prefill path's dequantizers (per ISA table) are bit-identical to dequantize_row.
+TEST(KQuant, PrefillDequantizersAreBitExact) {
+  Rng rng(17);
+  const int64_t n_in = 768, n_out = 5;
+  for (DType dtype : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    std::vector<uint8_t> data(dtype_row_bytes(dtype, n_in) * n_out);
+    for (int64_t o = 0; o < n_out; ++o) {
+      const auto row = normal_row(n_in, rng, 0.3f);
+      quantize_row(dtype, row.data(), data.data() + o * dtype_row_bytes(dtype, n_in), n_in);
+    }
+    const WeightView w{data.data(), dtype, n_out, n_in};
+    std::vector<float> want(static_cast<size_t>(n_out * n_in));
+    for (int64_t o = 0; o < n_out; ++o) dequantize_row(dtype, w.row(o), want.data() + o * n_in, n_in);
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (isa > detect_isa()) continue;
+      std::vector<float> got(want.size(), -1.0f);
+      detail::matmul_kernels(isa).dequantize_rows(w, 1, n_out - 1, got.data());
+      for (size_t i = 0; i < static_cast<size_t>((n_out - 1) * n_in); ++i) {
+        ASSERT_EQ(got[i], want[n_in + i]) << dtype_name(dtype) << " " << isa_name(isa) << " value " << i;
+      }
     }
   }
 }
