@@ -162,6 +162,10 @@ void prefill_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"dtype", "tokens"});
   for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 512});
   b->Args({4, 64});
+  // Continuous-batching decode steps: up to Matmul::kDecodeMaxTokens rows stay on the decode
+  // kernels (non-F32 weights); one past it takes the sgemm path.
+  for (int d : {1, 3, 5})
+    for (int t : {1, 7, 16, 32, 48, 49}) b->Args({d, t});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 

@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/check.h"
@@ -210,12 +211,15 @@ Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max
   CHECK_GE(max_in, 1);
   CHECK_GE(max_out, 1);
   CHECK_LE(static_cast<int>(isa), static_cast<int>(detect_isa())) << "ISA " << isa_name(isa) << " not supported here";
-  const int64_t decode_tokens = std::min(max_tokens, kBlasMinTokens - 1);
+  const int64_t decode_tokens = std::min(max_tokens, kDecodeMaxTokens);
+  decode_groups_ = (decode_tokens + kDecodeGroupTokens - 1) / kDecodeGroupTokens;
+  const int64_t group_tokens = std::min(decode_tokens, kDecodeGroupTokens);
   const int64_t max_blocks = (max_in + kQK - 1) / kQK;
   x_qs_.resize(static_cast<size_t>(decode_tokens * max_blocks * kQK));
-  x_d_.resize(static_cast<size_t>(max_blocks * detail::kDecodeLanes));
+  x_d_.resize(static_cast<size_t>(decode_groups_ * max_blocks * detail::kDecodeLanes));
   x_ds_.resize(x_d_.size());
-  x_extra_.resize(detail::matmul_kernels(isa).extra_bytes(decode_tokens, max_blocks * kQK) + 64);
+  extra_stride_ = (detail::matmul_kernels(isa).extra_bytes(group_tokens, max_blocks * kQK) + 63) / 64 * 64;
+  x_extra_.resize(static_cast<size_t>(decode_groups_) * extra_stride_ + 64);
   x_q8k_.resize(static_cast<size_t>(decode_tokens * (max_in / kQK_K)));
   if (max_tokens >= kBlasMinTokens) {
     w_scratch_.resize(static_cast<size_t>(pool.num_threads()));
@@ -229,7 +233,7 @@ void Matmul::run(const WeightView& w, const float* x, int64_t n_tokens, float* y
   CHECK(w.n_in <= max_in_ && w.n_out <= max_out_)
       << "weight [" << w.n_out << ", " << w.n_in << "] over [" << max_out_ << ", " << max_in_ << "]";
   CHECK_EQ(w.n_in % dtype_info(w.dtype).block_elems, 0);
-  if (n_tokens < kBlasMinTokens) {
+  if (uses_decode_kernels(w.dtype, n_tokens)) {
     run_decode(w, x, n_tokens, y);
   } else {
     run_prefill(w, x, n_tokens, y);
@@ -238,39 +242,66 @@ void Matmul::run(const WeightView& w, const float* x, int64_t n_tokens, float* y
 
 void Matmul::run_decode(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   const detail::MatmulKernels& kernels = detail::matmul_kernels(isa_);
-  detail::DecodeX dx;
-  dx.n_tokens = n_tokens;
-  dx.n_in = w.n_in;
-  if (is_kquant(w.dtype)) {
-    const int64_t nb = w.n_in / kQK_K;
-    for (int64_t t = 0; t < n_tokens; ++t) quantize_row_q8_k(x + t * w.n_in, x_q8k_.data() + t * nb, w.n_in);
-    dx.q8k = x_q8k_.data();
-  } else if (is_quantized(w.dtype)) {
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      kernels.quantize_x(x + t * w.n_in, w.n_in, x_qs_.data() + t * w.n_in, x_d_.data() + t, x_ds_.data() + t,
-                         detail::kDecodeLanes);
+  const int64_t n_groups = (n_tokens + kDecodeGroupTokens - 1) / kDecodeGroupTokens;
+  CHECK_LE(n_groups, decode_groups_);
+  const int64_t n_blocks = w.n_in / kQK;
+  uint8_t* extra_base = x_extra_.data() + (64 - reinterpret_cast<uintptr_t>(x_extra_.data()) % 64) % 64;
+  std::array<detail::DecodeX, kDecodeMaxGroups> groups;  // the kernels' view of each token group
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const int64_t t0 = g * kDecodeGroupTokens;
+    detail::DecodeX& dx = groups[static_cast<size_t>(g)];
+    dx.n_tokens = std::min(kDecodeGroupTokens, n_tokens - t0);
+    dx.n_in = w.n_in;
+    const float* xg = x + t0 * w.n_in;
+    if (is_kquant(w.dtype)) {
+      const int64_t nb = w.n_in / kQK_K;
+      BlockQ8_K* q8k = x_q8k_.data() + t0 * nb;
+      for (int64_t t = 0; t < dx.n_tokens; ++t) quantize_row_q8_k(xg + t * w.n_in, q8k + t * nb, w.n_in);
+      dx.q8k = q8k;
+    } else if (is_quantized(w.dtype)) {
+      int8_t* qs = x_qs_.data() + t0 * w.n_in;
+      float* d = x_d_.data() + g * n_blocks * detail::kDecodeLanes;
+      float* ds = x_ds_.data() + g * n_blocks * detail::kDecodeLanes;
+      for (int64_t t = 0; t < dx.n_tokens; ++t) {
+        kernels.quantize_x(xg + t * w.n_in, w.n_in, qs + t * w.n_in, d + t, ds + t, detail::kDecodeLanes);
+      }
+      dx.qs = qs;
+      dx.d = d;
+      dx.ds = ds;
+      if (kernels.prepare_extra) {
+        void* extra = extra_base + static_cast<size_t>(g) * extra_stride_;
+        kernels.prepare_extra(w.dtype, dx, extra);
+        dx.extra = extra;
+      }
+    } else {
+      dx.f32 = xg;
     }
-    dx.qs = x_qs_.data();
-    dx.d = x_d_.data();
-    dx.ds = x_ds_.data();
-    if (kernels.prepare_extra) {
-      void* extra = x_extra_.data() + (64 - reinterpret_cast<uintptr_t>(x_extra_.data()) % 64) % 64;
-      kernels.prepare_extra(w.dtype, dx, extra);
-      dx.extra = extra;
-    }
-  } else {
-    dx.f32 = x;
   }
+  // Rows per tile when several groups share it: about kDecodeTileBytes of weights, whole
+  // kDecodeRowGrain units.
+  const int64_t tile_rows = n_groups == 1 ? w.n_out
+                                          : std::max<int64_t>(kDecodeRowGrain, kDecodeTileBytes / static_cast<int64_t>(w.row_bytes()) /
+                                                                                   kDecodeRowGrain * kDecodeRowGrain);
   struct Job {
     const detail::MatmulKernels* kernels;
     const WeightView* w;
-    const detail::DecodeX* x;
+    const detail::DecodeX* groups;
+    int64_t n_groups;
+    int64_t tile_rows;
     float* y;
-  } job{&kernels, &w, &dx, y};
+  } job{&kernels, &w, groups.data(), n_groups, tile_rows, y};
   // Captures one pointer, so std::function stores it inline (no allocation per call).
   pool_.parallel_for(
       w.n_out,
-      [&job](int64_t begin, int64_t end, int) { job.kernels->decode_rows(*job.w, *job.x, begin, end, job.y, job.w->n_out); },
+      [&job](int64_t begin, int64_t end, int) {
+        const int64_t ldy = job.w->n_out;
+        for (int64_t o0 = begin; o0 < end; o0 += job.tile_rows) {
+          const int64_t o1 = std::min(end, o0 + job.tile_rows);
+          for (int64_t g = 0; g < job.n_groups; ++g) {
+            job.kernels->decode_rows(*job.w, job.groups[g], o0, o1, job.y + g * kDecodeGroupTokens * ldy, ldy);
+          }
+        }
+      },
       ThreadPool::grain_for(w.n_in * n_tokens, ThreadPool::kMinWorkPerThread, kDecodeRowGrain));
 }
 

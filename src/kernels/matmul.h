@@ -5,8 +5,14 @@
 //   x: [n_tokens, n_in] f32, row stride n_in
 //   y: [n_tokens, n_out] f32, row stride n_out
 //
-// Paths (chosen by `Matmul`):
-//   - decode (n_tokens < kBlasMinTokens): SIMD dot products, output rows split over the pool.
+// Paths (chosen by `Matmul`, see uses_decode_kernels):
+//   - decode (n_tokens < kBlasMinTokens; for non-F32 weights up to kDecodeMaxTokens, which is
+//     what a continuous-batching step of many sequences' decodes looks like): SIMD dot
+//     products, output rows split over the pool. Tokens go in groups of up to
+//     kDecodeGroupTokens; with several groups each thread walks its rows in tiles small enough
+//     to stay in L2 and runs every group over a tile before moving on, so the weights still
+//     stream from memory once per call and nothing is dequantized to f32 (the sgemm path would
+//     dequantize the whole matrix on every call, which dominates a 16-row step).
 //     Each weight block is read once for all tokens of the call (so 2..7 tokens cost little
 //     more memory traffic than 1). For Q8_0/Q4_0 weights x is first quantized to Q8_0 and
 //     dotted in integers (as ggml does); for k-quant weights (Q4_K/Q5_K/Q6_K) x is quantized
@@ -64,6 +70,15 @@ class Matmul {
   void run(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   Isa isa() const { return isa_; }
   static constexpr int64_t kBlasMinTokens = 8;  // fewer tokens: decode path
+  static constexpr int64_t kDecodeGroupTokens = kBlasMinTokens - 1;  // tokens per kernel pass
+  static constexpr int64_t kDecodeMaxTokens = 48;  // non-F32 weights: decode kernels up to here
+  static constexpr int64_t kDecodeMaxGroups = (kDecodeMaxTokens + kDecodeGroupTokens - 1) / kDecodeGroupTokens;
+  static constexpr int64_t kDecodeTileBytes = 128 << 10;  // weight bytes per tile, several groups
+  // Which path n_tokens rows against weights of `dtype` take (the decode kernels' arithmetic
+  // is matmul_decode_reference's; sgemm's is matmul_reference's).
+  static bool uses_decode_kernels(DType dtype, int64_t n_tokens) {
+    return n_tokens < kBlasMinTokens || (dtype != DType::kF32 && n_tokens <= kDecodeMaxTokens);
+  }
   // Weight rows dequantized per sgemm call: 128 x max_in f32 per thread (64..256 measured
   // alike on Zen 4 at 512 tokens).
   static constexpr int64_t kBlasRowChunk = 128;
@@ -77,10 +92,13 @@ class Matmul {
   Isa isa_;
   int64_t max_tokens_, max_in_, max_out_;
   // x quantized to Q8_0 for the integer decode kernels (layout: kernels/matmul_isa.h).
-  std::vector<int8_t> x_qs_;                   // [min(max_tokens, kBlasMinTokens - 1), max_in] quants
-  std::vector<float> x_d_;                     // [max_in / 32, kBlasMinTokens] block scales
-  std::vector<float> x_ds_;                    // [max_in / 32, kBlasMinTokens] scale * sum(quants)
-  std::vector<uint8_t> x_extra_;               // ISA-specific, kernels' extra_bytes() (+ 64 to align)
+  // Decode tokens: min(max_tokens, kDecodeMaxTokens), in groups of kDecodeGroupTokens.
+  int64_t decode_groups_ = 0;                  // ceil(decode tokens / kDecodeGroupTokens)
+  size_t extra_stride_ = 0;                    // bytes of one group's extra, a multiple of 64
+  std::vector<int8_t> x_qs_;                   // [decode tokens, max_in] quants
+  std::vector<float> x_d_;                     // [groups, max_in / 32, kDecodeLanes] block scales
+  std::vector<float> x_ds_;                    // [groups, max_in / 32, kDecodeLanes] scale * sum(quants)
+  std::vector<uint8_t> x_extra_;               // [groups, extra_stride_] ISA-specific (+ 64 to align)
   std::vector<BlockQ8_K> x_q8k_;               // [decode tokens, max_in / 256], for k-quant weights
   std::vector<std::vector<float>> w_scratch_;  // per thread: [kBlasRowChunk, max_in] f32
 };

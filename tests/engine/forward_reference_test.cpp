@@ -68,10 +68,11 @@ TEST(ForwardReference, EngineMatchesFloat64ForwardOnManyShapesAndTypes) {
         ASSERT_TRUE(eng.is_ok()) << eng.status().message();
         auto got = eng.value()->score(tokens);
         ASSERT_TRUE(got.is_ok()) << got.status().message();
-        // Rows computed in a chunk of >= Matmul::kBlasMinTokens rows take the prefill path
-        // (dequantized weights, f32 activations): tight. Smaller chunks take the decode path.
+        // Rows computed in a chunk that takes the prefill path (dequantized weights, f32
+        // activations): tight. Chunks on the decode path quantize activations.
         const int64_t V = c.shape.n_vocab;
-        const int64_t n_prefill_rows = batch >= kernels::Matmul::kBlasMinTokens ? batch : 0;
+        const int64_t chunk = std::min<int64_t>(batch, static_cast<int64_t>(tokens.size()));  // first chunk
+        const int64_t n_prefill_rows = kernels::Matmul::uses_decode_kernels(c.dtype, chunk) ? 0 : chunk;
         const std::vector<float> got_prefill(got->begin(), got->begin() + n_prefill_rows * V);
         const std::vector<float> got_decode(got->begin() + n_prefill_rows * V, got->end());
         const std::vector<double> want_prefill(want.begin(), want.begin() + n_prefill_rows * V);

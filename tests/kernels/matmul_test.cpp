@@ -15,7 +15,7 @@ namespace {
 
 constexpr DType kDTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
                              DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
-constexpr int64_t kMaxTokens = 33;
+constexpr int64_t kMaxTokens = Matmul::kDecodeMaxTokens + 2;  // past every path
 constexpr int64_t kMaxIn = 4096;
 constexpr int64_t kMaxOut = 300;
 
@@ -150,7 +150,7 @@ void record_worst(double worst) {
 
 class MatmulByDType : public ::testing::TestWithParam<DType> {};
 
-// Decode path (n_tokens < kBlasMinTokens) against the scalar reference of its arithmetic.
+// Decode path (one kernel pass of < kBlasMinTokens tokens) against the scalar reference of its arithmetic.
 TEST_P(MatmulByDType, DecodeMatchesDecodeReference) {
   const DType dtype = GetParam();
   Rng rng(100 + static_cast<int>(dtype));
@@ -159,12 +159,27 @@ TEST_P(MatmulByDType, DecodeMatchesDecodeReference) {
   record_worst(run_cases(dtype, make_cases(dtype, n_ins, {1, 2, 3, 4, 5, 6, 7}, matmul_decode_reference, rng)));
 }
 
+// Batched decode (non-F32 weights, kBlasMinTokens..kDecodeMaxTokens tokens: several groups of
+// tokens over row tiles) against the same reference: every token as if decoded alone.
+TEST_P(MatmulByDType, BatchedDecodeMatchesDecodeReference) {
+  const DType dtype = GetParam();
+  if (!Matmul::uses_decode_kernels(dtype, Matmul::kBlasMinTokens)) GTEST_SKIP() << "F32 weights go to sgemm";
+  Rng rng(150 + static_cast<int>(dtype));
+  const std::vector<int64_t> n_tokens = {Matmul::kBlasMinTokens, 15, 22, Matmul::kDecodeMaxTokens};
+  for (int64_t t : n_tokens) ASSERT_TRUE(Matmul::uses_decode_kernels(dtype, t));
+  record_worst(run_cases(dtype, make_cases(dtype, {64, 288, 4096}, n_tokens, matmul_decode_reference, rng)));
+}
+
 // Prefill path (sgemm on dequantized weights, x unquantized) against the double reference.
 TEST_P(MatmulByDType, PrefillMatchesReference) {
   const DType dtype = GetParam();
   Rng rng(200 + static_cast<int>(dtype));
-  record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 96, 288, 4096}, {Matmul::kBlasMinTokens, 9, kMaxTokens},
-                                           matmul_reference, rng)));
+  std::vector<int64_t> n_tokens;
+  for (int64_t t : {Matmul::kBlasMinTokens, int64_t{9}, Matmul::kDecodeMaxTokens + 1, kMaxTokens}) {
+    if (!Matmul::uses_decode_kernels(dtype, t)) n_tokens.push_back(t);
+  }
+  ASSERT_FALSE(n_tokens.empty());
+  record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 96, 288, 4096}, n_tokens, matmul_reference, rng)));
 }
 
 // The decode reference itself: exact float dots for float weights; for quantized weights
