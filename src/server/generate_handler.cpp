@@ -103,10 +103,10 @@ void HttpServer::wait_and_reply(const httplib::Request& req, httplib::Response& 
   const ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
   ResponseBuilder builder(meta_for(api), static_cast<int>(ids.size()) * api.n, engine_.tokenizer());
   while (true) {
-    const bool woke = stream->wait(config_.poll_interval_s);
+    stream->wait(config_.poll_interval_s);
     for (const ChoiceEvent& e : stream->take()) builder.add(e);
     if (stream->finished()) break;
-    if (!woke && !probe.alive()) {
+    if (!probe.alive()) {  // one poll() per wake-up: cheap next to a forward pass
       abort_all(engine_, ids);
       logger_.info("client " + req.remote_addr + ":" + std::to_string(req.remote_port) + " went away; request aborted");
       res.status = 499;  // nobody reads it
@@ -159,7 +159,7 @@ void HttpServer::stream_reply(const httplib::Request& req, httplib::Response& re
           } else if (!woke && !state->probe.found()) {
             out = ResponseBuilder::keep_alive();  // without a probe, a failed write reveals a gone client
           }
-          if (!write(out) || (!woke && !finished && !state->probe.alive())) {
+          if (!write(out) || (!finished && !state->probe.alive())) {
             abort_all(*engine, state->ids);
             return false;
           }
