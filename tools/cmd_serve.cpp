@@ -30,7 +30,7 @@ struct ServeOptions {
   std::vector<std::string> api_keys;
   bool salt_per_api_key = false;
   std::string chat_template;  // family name; "" = from the model, else the fallback
-  std::string model_name;     // "" = general.name, else the file stem
+  std::string model_name;     // "" = the file stem, else general.name
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 512;
   int64_t max_waiting = 256;
@@ -42,8 +42,12 @@ struct ServeOptions {
 
 std::string served_name(const ServeOptions& o, const engine::Engine& eng) {
   if (!o.model_name.empty()) return o.model_name;
+  if (!o.engine.model_path.empty()) {  // the file says which model it is better than general.name ("llama")
+    std::filesystem::path path(o.engine.model_path);
+    if (!path.has_filename()) path = path.parent_path();  // a folder given as "dir/"
+    return path.stem().string();
+  }
   if (!eng.model().config().name.empty()) return eng.model().config().name;
-  if (!o.engine.model_path.empty()) return std::filesystem::path(o.engine.model_path).stem().string();
   return "default";
 }
 
@@ -153,8 +157,10 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
     if (!http.draining()) kill(getpid(), SIGTERM);  // stopped on its own: wake the main thread
   });
   const int signal_number = wait_for_signal(signals);
+  char timeout[32];
+  std::snprintf(timeout, sizeof(timeout), "%g", o.drain_timeout_s);
   logger.info(std::string("pagoda serve: ") + (signal_number == SIGINT ? "SIGINT" : "SIGTERM") +
-              ", draining (up to " + std::to_string(o.drain_timeout_s) + " s)");
+              ", draining (up to " + timeout + " s)");
   http.begin_drain();
   const bool drained = drain(engine, o.drain_timeout_s);
   if (!drained) logger.warn("pagoda serve: drain timed out; aborting the requests still running");
@@ -178,7 +184,7 @@ void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit
                 "separate the prefix cache of each API key (no cross-tenant prefix-timing side channel)");
   cmd->add_option("--chat-template", options->chat_template,
                   "chat template family: " + server::chat_family_names() + " (default: from the model, else chatml)");
-  cmd->add_option("--model-name", options->model_name, "the model's name in the API (default: general.name, else the file stem)");
+  cmd->add_option("--model-name", options->model_name, "the model's name in the API (default: the file stem; the built-in model: its general.name)");
   cmd->add_option("--max-num-seqs", options->max_num_seqs, "sequences per engine step")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens, "tokens per engine step")
       ->check(CLI::Range(1, 1 << 20));

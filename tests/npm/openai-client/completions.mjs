@@ -46,7 +46,14 @@ for await (const chunk of stream) {
 check(streamed === greedy.choices[0].text, `streamed text equals the completion: ${JSON.stringify(streamed)}`);
 check(finish === "length", "streamed finish_reason");
 checkUsage(streamUsage, "stream");
-check(streamUsage.prompt_tokens_details.cached_tokens > 0, "the repeated prompt reports cached tokens");
+
+// A prompt of several KV blocks, twice: the second finds its full blocks in the prefix cache.
+const long = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball.";
+const first = await client.completions.create({ model, prompt: long, max_tokens: 2, temperature: 0 });
+const second = await client.completions.create({ model, prompt: long, max_tokens: 2, temperature: 0 });
+check(first.usage.prompt_tokens > 32, "the long prompt spans several blocks");
+check(second.usage.prompt_tokens_details.cached_tokens > first.usage.prompt_tokens_details.cached_tokens,
+      `the repeated prompt reports cached tokens: ${JSON.stringify(second.usage)}`);
 
 // Chat, plain and streamed.
 const messages = [{ role: "user", content: "Tell me a story about a cat." }];
