@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -66,15 +67,21 @@ ConnectionProbe::ConnectionProbe(const std::string& remote_addr, int remote_port
 
 bool ConnectionProbe::alive() const {
   if (fd_ < 0) return true;
+  // TCP's own state says whether the peer closed (FIN: CLOSE_WAIT) or reset (CLOSE), even when
+  // bytes it sent before are still unread.
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &info, &len) == 0) {
+    return info.tcpi_state != TCP_CLOSE_WAIT && info.tcpi_state != TCP_CLOSE && info.tcpi_state != TCP_LAST_ACK;
+  }
   pollfd p{fd_, POLLIN, 0};
-  const int ready = poll(&p, 1, 0);
-  if (ready <= 0) return true;  // nothing to read: the peer is silent, not gone
+  if (poll(&p, 1, 0) <= 0) return true;  // nothing to read: the peer is silent, not gone
   if ((p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) return false;
   char byte;
   const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0) return false;                                     // orderly close (FIN)
+  if (n == 0) return false;                                                     // orderly close (FIN)
   if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;  // RST: gone
-  return true;                                                  // the client sent more bytes
+  return true;
 }
 
 }  // namespace pagoda::server

@@ -3,8 +3,8 @@
 // cpp-httplib 0.11 gives handlers no socket and notices a closed peer only when a write fails,
 // so a request whose client has gone would run to its end. The probe finds the handler's own
 // socket by its address pair (local and remote address and port, unique per TCP connection)
-// among the process's descriptors, once, and then asks the kernel: readable with zero bytes to
-// peek (FIN), or an error (RST), means the client closed it. The socket stays open while the
+// among the process's descriptors, once, and then asks the kernel: a TCP state of CLOSE_WAIT
+// (the peer's FIN arrived) or CLOSE (reset) means the client closed it. The socket stays open while the
 // handler runs (httplib closes it after the handler returns), so the descriptor cannot be
 // reused under the probe.
 #pragma once
