@@ -65,7 +65,7 @@ std::string prometheus_text(const engine::ServingMetrics& m) {
 
   counter(out, "pagoda_prompt_tokens_total", "Prompt tokens of admitted requests.", m.prompt_tokens);
   counter(out, "pagoda_generation_tokens_total", "Generated tokens.", m.generation_tokens);
-  header(out, "pagoda_requests_finished_total", "counter", "Finished requests by finish reason.");
+  header(out, "pagoda_requests_finished_total", "counter", "Finished choices by reason (stop, length), and aborted or failed requests (abort, error).");
   sample(out, "pagoda_requests_finished_total{reason=\"stop\"}", static_cast<double>(m.finished_stop));
   sample(out, "pagoda_requests_finished_total{reason=\"length\"}", static_cast<double>(m.finished_length));
   sample(out, "pagoda_requests_finished_total{reason=\"abort\"}", static_cast<double>(m.finished_abort));

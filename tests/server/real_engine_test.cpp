@@ -71,10 +71,14 @@ TEST_F(RealServerTest, ClientThatHangsUpHasItsBlocksFreed) {
     got.append(buf, static_cast<size_t>(n));
   }
   close(fd);
-  // The server notices within a poll interval and aborts; poll the engine until it is idle.
-  for (int i = 0; i < 3000 && (serving_->metrics().running > 0 || serving_->metrics().waiting > 0); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  // The server notices within a poll interval and aborts; poll until the request has ended
+  // either way (aborted, or the 400 tokens ran out: the test then fails below).
+  auto ended = [&] {
+    const engine::ServingMetrics m = serving_->metrics();
+    return m.finished_abort + m.finished_length + m.finished_stop > 0;
+  };
+  for (int i = 0; i < 3000 && !ended(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  serving_->check_integrity();  // between steps: the metrics of the last one are published
   const engine::ServingMetrics m = serving_->metrics();
   EXPECT_EQ(m.finished_abort, 1);
   EXPECT_LT(m.generation_tokens, 400) << "the request ran to its end instead of being aborted";
@@ -85,6 +89,7 @@ TEST_F(RealServerTest, MetricsScrapePassesPromtool) {
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(post("/v1/completions", {{"prompt", reference_text().substr(0, 200)}, {"max_tokens", 4}})->status, 200);
   }
+  serving_->check_integrity();  // runs between steps: the last step has published its metrics
   auto r = client_->Get("/metrics");
   ASSERT_EQ(r->status, 200);
   FILE* p = popen(("promtool check metrics > /dev/null 2>&1 <<'EOF'\n" + r->body + "EOF\n").c_str(), "r");
