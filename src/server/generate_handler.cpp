@@ -140,7 +140,7 @@ void HttpServer::stream_reply(const httplib::Request& req, httplib::Response& re
   engine::ServingEngine* engine = &engine_;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [state, poll, engine](size_t, httplib::DataSink& sink) {
+      [this, state, poll, engine](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
         while (true) {
           const bool woke = state->stream->wait(poll);
@@ -150,9 +150,8 @@ void HttpServer::stream_reply(const httplib::Request& req, httplib::Response& re
           if (finished) {
             for (const ChoiceEvent& e : state->stream->take()) out += state->builder.chunk(e);
             const Status status = state->stream->status();
-            if (!status.is_ok()) {
-              const int code = http_status_for(status, false);
-              out += "data: " + error_body(code, status.message()) + "\n\n";
+            if (!status.is_ok()) {  // the headers (200) are gone: the error is an event, as OpenAI sends it
+              out += "data: " + error_body(http_status_for(status, draining_), status.message()) + "\n\n";
             }
             if (state->include_usage) out += state->builder.usage_chunk(state->stream->usage());
             out += ResponseBuilder::done_line();

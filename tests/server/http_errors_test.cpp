@@ -91,6 +91,30 @@ TEST_F(ServerTest, DrainingGets503) {
   error_of(r);
 }
 
+TEST_F(ServerTest, ShutdownWithoutDrainEndsStreamsWithAnErrorEvent) {
+  start();
+  engine_->pause(true);
+  int status = 0;
+  std::string body;
+  std::thread client([&] {
+    httplib::Client c("127.0.0.1", port_);
+    auto r = c.Post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 5}, {"stream", true}}.dump(), "application/json");
+    if (r) {
+      status = r->status;
+      body = r->body;
+    }
+  });
+  ASSERT_TRUE(engine_->wait_for([&] { return engine_->active_locked() == 1; }));
+  server_->begin_drain();
+  engine_->shutdown(false);  // aborts what is in flight
+  client.join();
+  EXPECT_EQ(status, 200);  // sent before the failure
+  const SseEvents events = parse_sse(body);
+  EXPECT_TRUE(events.done);
+  ASSERT_FALSE(events.chunks.empty());
+  EXPECT_EQ(events.chunks.back()["error"]["type"], "service_unavailable") << body;
+}
+
 TEST_F(ServerTest, ApiKeysGuardTheV1Routes) {
   server::ServerConfig config;
   config.api_keys = {"k1", "k2"};
