@@ -19,8 +19,10 @@ configure: deps $(BUILD_DIR)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# The OpenAI-compatible server on the built-in default model; it prints its URL and a curl line.
+PORT ?= 8080
 run: build
-	$(BUILD_DIR)/bin/pagoda run -p "Once upon a time" -n 64
+	$(BUILD_DIR)/bin/pagoda serve --port $(PORT)
 
 # Include-direction check, the parser tests under AddressSanitizer, then every test (ctest last,
 # so its summary closes the log).

@@ -9,6 +9,7 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libicu-dev libutf8proc-dev
   prometheus   # promtool validates /metrics in the tests
+  curl         # the serve test runs the curl line `pagoda serve` prints
 )
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)

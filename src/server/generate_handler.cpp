@@ -1,0 +1,177 @@
+// POST /v1/completions and /v1/chat/completions: parse, tokenize, submit, wait or stream.
+#include <httplib.h>
+
+#include "server/connection.h"
+#include "server/http_server.h"
+
+namespace pagoda::server {
+
+namespace {
+
+void abort_all(engine::ServingEngine& engine, const std::vector<engine::RequestId>& ids) {
+  for (engine::RequestId id : ids) engine.abort(id);
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return !prefix.empty() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+}  // namespace
+
+Result<std::vector<int32_t>> HttpServer::chat_prompt(const ApiRequest& api) const {
+  PAGODA_ASSIGN_OR_RETURN(std::string text, chat_template_.render(api.messages, true));
+  const model::Tokenizer& tok = engine_.tokenizer();
+  // Templates that write the BOS text themselves get no second BOS.
+  const std::string bos_text = tok.bos_id() >= 0 ? tok.token_to_piece(tok.bos_id(), true) : "";
+  const bool add_bos = tok.vocab().add_bos && tok.bos_id() >= 0 && !starts_with(text, bos_text);
+  return tok.encode(text, add_bos, true);
+}
+
+Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const ApiRequest& api, const Caller& caller) {
+  const model::Tokenizer& tok = engine_.tokenizer();
+  std::vector<std::vector<int32_t>> prompts;
+  if (api.chat) {
+    PAGODA_ASSIGN_OR_RETURN(std::vector<int32_t> ids, chat_prompt(api));
+    prompts.push_back(std::move(ids));
+  } else {
+    for (const PromptInput& p : api.prompts) {
+      prompts.push_back(p.is_tokens ? p.tokens : tok.encode(p.text, tok.vocab().add_bos && tok.bos_id() >= 0, true));
+    }
+  }
+  const uint64_t seed = api.has_seed ? api.sampling.seed : draw_seed();
+  std::vector<engine::CompletionRequest> out;
+  for (std::vector<int32_t>& prompt : prompts) {
+    if (prompt.empty()) return Status::invalid_argument("prompt: the prompt is empty (no tokens)");
+    engine::CompletionRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = api.max_tokens;
+    r.sampling = api.sampling;
+    r.sampling.seed = seed;
+    r.stop = api.stop;
+    r.stop_token_ids = api.stop_token_ids;
+    r.ignore_eos = api.ignore_eos;
+    if (!api.ignore_eos) {
+      r.stop_token_ids.insert(r.stop_token_ids.end(), config_.end_of_text_ids.begin(), config_.end_of_text_ids.end());
+      if (api.chat) {
+        r.stop_token_ids.insert(r.stop_token_ids.end(), end_of_turn_ids_.begin(), end_of_turn_ids_.end());
+        r.stop.insert(r.stop.end(), end_of_turn_stops_.begin(), end_of_turn_stops_.end());
+      }
+    }
+    r.n = api.n;
+    r.logprobs = api.logprobs;
+    r.priority = api.priority;
+    // Salted per key: tenants never share cache entries, whatever salt they send.
+    r.cache_salt = config_.salt_per_api_key ? "key:" + caller.api_key + "\x1f" + api.cache_salt : api.cache_salt;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void HttpServer::handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const Caller caller = authenticate(req, res);
+  if (!caller.ok) return;
+  std::string param;
+  Result<ApiRequest> parsed = chat ? parse_chat_request(req.body, config_.limits, &param)
+                                   : parse_completion_request(req.body, config_.limits, &param);
+  if (!parsed.is_ok()) return reply_error(res, parsed.status(), param);
+  ApiRequest& api = parsed.value();
+  if (!api.model.empty() && api.model != config_.model_name) {
+    return reply_error(res, Status::not_found("The model '" + api.model + "' does not exist (this server serves '" +
+                                              config_.model_name + "')"), "model");
+  }
+  if (draining_) return reply_error(res, Status::unavailable("The server is shutting down"));
+  auto requests = engine_requests(api, caller);
+  if (!requests.is_ok()) return reply_error(res, requests.status(), chat ? "messages" : "prompt");
+
+  auto stream = std::make_shared<RequestStream>(static_cast<int>(requests->size()), api.n);
+  std::vector<engine::RequestId> ids;
+  for (size_t p = 0; p < requests->size(); ++p) {
+    auto id = engine_.submit(std::move((*requests)[p]), stream->observer(static_cast<int>(p)));
+    if (!id.is_ok()) {
+      abort_all(engine_, ids);
+      const bool too_long = id.status().code() == StatusCode::kTooLarge;
+      return reply_error(res, id.status(), too_long ? (chat ? "messages" : "prompt") : "");
+    }
+    ids.push_back(*id);
+  }
+  if (api.stream) return stream_reply(req, res, api, std::move(stream), std::move(ids));
+  wait_and_reply(req, res, api, std::move(stream), std::move(ids));
+}
+
+void HttpServer::wait_and_reply(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,
+                                std::shared_ptr<RequestStream> stream, std::vector<engine::RequestId> ids) {
+  const ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
+  ResponseBuilder builder(meta_for(api), static_cast<int>(ids.size()) * api.n, engine_.tokenizer());
+  while (true) {
+    stream->wait(config_.poll_interval_s);
+    for (const ChoiceEvent& e : stream->take()) builder.add(e);
+    if (stream->finished()) break;
+    if (!probe.alive()) {  // one poll() per wake-up: cheap next to a forward pass
+      abort_all(engine_, ids);
+      logger_.info("client " + req.remote_addr + ":" + std::to_string(req.remote_port) + " went away; request aborted");
+      res.status = 499;  // nobody reads it
+      return;
+    }
+  }
+  for (const ChoiceEvent& e : stream->take()) builder.add(e);
+  const Status status = stream->status();
+  if (!status.is_ok()) return reply_error(res, status);
+  res.set_content(builder.body(stream->usage()), "application/json");
+}
+
+void HttpServer::stream_reply(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,
+                              std::shared_ptr<RequestStream> stream, std::vector<engine::RequestId> ids) {
+  struct State {
+    std::shared_ptr<RequestStream> stream;
+    std::vector<engine::RequestId> ids;
+    ResponseBuilder builder;
+    ConnectionProbe probe;
+    bool include_usage;
+    bool done = false;
+  };
+  const int num_choices = static_cast<int>(ids.size()) * api.n;
+  auto state = std::make_shared<State>(State{std::move(stream), std::move(ids),
+                                             ResponseBuilder(meta_for(api), num_choices, engine_.tokenizer()),
+                                             ConnectionProbe(req.remote_addr, req.remote_port, req.local_addr, req.local_port),
+                                             api.include_usage});
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  const double poll = config_.poll_interval_s;
+  engine::ServingEngine* engine = &engine_;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, state, poll, engine](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
+        while (true) {
+          const bool woke = state->stream->wait(poll);
+          std::string out;
+          for (const ChoiceEvent& e : state->stream->take()) out += state->builder.chunk(e);
+          const bool finished = state->stream->finished();
+          if (finished) {
+            for (const ChoiceEvent& e : state->stream->take()) out += state->builder.chunk(e);
+            const Status status = state->stream->status();
+            if (!status.is_ok()) {  // the headers (200) are gone: the error is an event, as OpenAI sends it
+              out += "data: " + error_body(http_status_for(status, draining_), status.message()) + "\n\n";
+            }
+            if (state->include_usage) out += state->builder.usage_chunk(state->stream->usage());
+            out += ResponseBuilder::done_line();
+          } else if (!woke && !state->probe.found()) {
+            out = ResponseBuilder::keep_alive();  // without a probe, a failed write reveals a gone client
+          }
+          if (!write(out) || (!finished && !state->probe.alive())) {
+            abort_all(*engine, state->ids);
+            return false;
+          }
+          if (finished) {
+            state->done = true;
+            sink.done();
+            return true;
+          }
+        }
+      },
+      [state, engine](bool success) {
+        if (!state->done) abort_all(*engine, state->ids);  // headers never went out, or the client left
+      });
+}
+
+}  // namespace pagoda::server

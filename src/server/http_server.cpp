@@ -1,0 +1,158 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/prometheus.h"
+
+namespace pagoda::server {
+
+using nlohmann::json;
+
+HttpServer::HttpServer(engine::ServingEngine& engine, ChatTemplate chat_template, ServerConfig config,
+                       const Logger& logger)
+    : engine_(engine),
+      chat_template_(std::move(chat_template)),
+      config_(std::move(config)),
+      logger_(logger),
+      http_(std::make_unique<httplib::Server>()),
+      seed_rng_(config_.seed) {
+  CHECK(config_.limits.vocab_size > 0 && config_.limits.max_context > 0) << "ServerConfig.limits must be set";
+  // The template's end of turn ends a chat reply: as a token when the vocab has it as one.
+  const std::string eot = chat_template_.end_of_turn();
+  if (!eot.empty()) {
+    const std::vector<int32_t> ids = engine_.tokenizer().encode(eot, false, true);
+    if (ids.size() == 1 && engine_.tokenizer().token_to_piece(ids[0], true) == eot) {
+      end_of_turn_ids_ = ids;
+    } else {
+      end_of_turn_stops_ = {eot};
+    }
+  }
+  const int threads = std::max(1, config_.http_threads);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(config_.max_body_bytes);
+  http_->set_keep_alive_max_count(1000);
+  routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+Result<int> HttpServer::bind() {
+  if (config_.port == 0) {
+    const int port = http_->bind_to_any_port(config_.host);
+    if (port <= 0) return Status::error("cannot bind " + config_.host + " to a free port");
+    return port;
+  }
+  if (!http_->bind_to_port(config_.host, config_.port)) {
+    return Status::error("cannot bind " + config_.host + ":" + std::to_string(config_.port) +
+                         " (in use, or not an address of this machine)");
+  }
+  return config_.port;
+}
+
+void HttpServer::listen() { http_->listen_after_bind(); }
+
+void HttpServer::stop() {
+  if (http_ != nullptr) http_->stop();
+}
+
+void HttpServer::reply_error(httplib::Response& res, const Status& status, const std::string& param) const {
+  res.status = http_status_for(status, draining_);
+  if (res.status == 429 || res.status == 503) res.set_header("Retry-After", std::to_string(config_.retry_after_s));
+  std::string code;
+  if (res.status == 404) code = "model_not_found";
+  if (res.status == 413) code = "context_length_exceeded";
+  res.set_content(error_body(res.status, status.message(), param, code), "application/json");
+}
+
+HttpServer::Caller HttpServer::authenticate(const httplib::Request& req, httplib::Response& res) const {
+  if (config_.api_keys.empty()) return {true, ""};
+  const std::string header = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() > kBearer.size() && header.compare(0, kBearer.size(), kBearer) == 0) {
+    const std::string key = header.substr(kBearer.size());
+    for (const std::string& k : config_.api_keys) {
+      if (k == key) return {true, key};
+    }
+  }
+  res.status = 401;
+  res.set_content(error_body(401, header.empty() ? "Missing API key: send \"Authorization: Bearer KEY\""
+                                                 : "Incorrect API key provided",
+                             "", "invalid_api_key"),
+                  "application/json");
+  return {};
+}
+
+void HttpServer::routes() {
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    res.status = draining_ ? 503 : 200;
+    res.set_content(dump(json{{"status", draining_ ? "draining" : "ok"}}), "application/json");
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(prometheus_text(engine_.metrics()), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  auto model_object = [this] {
+    return json{{"id", config_.model_name}, {"object", "model"},
+                {"created", config_.unix_time ? config_.unix_time() : 0}, {"owned_by", "pagoda"},
+                {"max_model_len", config_.limits.max_context}};
+  };
+  http_->Get("/v1/models", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+    if (!authenticate(req, res).ok) return;
+    res.set_content(dump(json{{"object", "list"}, {"data", json::array({model_object()})}}), "application/json");
+  });
+  http_->Get("/v1/models/(.+)", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+    if (!authenticate(req, res).ok) return;
+    if (req.matches[1] != config_.model_name) {
+      return reply_error(res, Status::not_found("The model '" + std::string(req.matches[1]) + "' does not exist"), "model");
+    }
+    res.set_content(dump(model_object()), "application/json");
+  });
+  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(req, res, false);
+  });
+  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(req, res, true);
+  });
+  // httplib's own answers (unknown route, body too large, unparsable request) get an error object.
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message = "HTTP " + std::to_string(res.status);
+    if (res.status == 404) message = "Unknown route: " + req.method + " " + req.path;
+    if (res.status == 413) message = "The request body is larger than the server accepts";
+    if (res.status == 400) message = "Malformed HTTP request";
+    res.set_content(error_body(res.status, message), "application/json");
+  });
+  http_->set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    logger_.error("HTTP handler failed: " + what);
+    res.status = 500;
+    res.set_content(error_body(500, "internal error: " + what), "application/json");
+  });
+}
+
+uint64_t HttpServer::draw_seed() {
+  std::lock_guard lock(seed_mutex_);
+  return seed_rng_.next_u64();
+}
+
+ResponseMeta HttpServer::meta_for(const ApiRequest& api) {
+  ResponseMeta meta;
+  char id[32];
+  std::snprintf(id, sizeof(id), "%016llx", static_cast<unsigned long long>(next_id_.fetch_add(1)));
+  meta.id = std::string(api.chat ? "chatcmpl-" : "cmpl-") + id;
+  meta.created = config_.unix_time ? config_.unix_time() : 0;
+  meta.model = config_.model_name;
+  meta.chat = api.chat;
+  meta.logprobs = api.logprobs;
+  meta.include_usage = api.stream && api.include_usage;
+  return meta;
+}
+
+}  // namespace pagoda::server

@@ -1,0 +1,115 @@
+// HttpServer: the OpenAI-compatible HTTP front of a ServingEngine (cpp-httplib).
+//
+//   POST /v1/completions, /v1/chat/completions   generate (JSON, or SSE with "stream": true)
+//   GET  /v1/models, /v1/models/{id}             the one served model
+//   GET  /health                                 200 {"status":"ok"}; 503 while draining
+//   GET  /metrics                                Prometheus text (server/prometheus.h)
+//
+// Threads: httplib answers each connection on a thread of its own pool (http_threads); the engine
+// runs its loop on its own thread. A generate handler tokenizes, submits one engine request per
+// prompt, then waits on its RequestStream, checking every poll_interval_s that its client is
+// still connected (ConnectionProbe, failed writes): a client that has gone has its requests
+// aborted, which frees their blocks within one engine step.
+//
+// Auth: with api_keys, every /v1 route needs "Authorization: Bearer KEY" (401 otherwise);
+// /health and /metrics are open. salt_per_api_key prefixes each request's cache salt with its
+// key, so tenants never share prefix-cache entries (no prefix-timing side channel between them).
+//
+// Errors are OpenAI error objects: 400 malformed or invalid, 401 bad key, 404 unknown model or
+// route, 413 body over max_body_bytes or prompt too long for the context, 429 queue full, 503
+// shutting down (both with Retry-After).
+//
+// Life: bind() -> listen() (blocks) ... begin_drain() (new work gets 503) -> stop() (from any
+// thread; listen() returns once the in-flight handlers have).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/status.h"
+#include "engine/serving.h"
+#include "server/chat_template.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/request_stream.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace pagoda::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;                          // 0: any free port (bind() returns it)
+  std::vector<std::string> api_keys;        // empty: no authentication
+  bool salt_per_api_key = false;
+  std::string model_name;                   // what /v1/models lists and responses name
+  RequestLimits limits;                     // vocab_size and max_context must be set
+  std::vector<int32_t> end_of_text_ids;     // extra stop tokens unless ignore_eos (e.g. BOS)
+  size_t max_body_bytes = 8u << 20;
+  int http_threads = 64;                    // concurrent connections served
+  int retry_after_s = 1;
+  double poll_interval_s = 0.05;            // client checks while waiting for tokens
+  uint64_t seed = 0;                        // seeds for requests without one are drawn from this
+  std::function<int64_t()> unix_time;       // "created" fields; null: 0
+};
+
+class HttpServer {
+ public:
+  HttpServer(engine::ServingEngine& engine, ChatTemplate chat_template, ServerConfig config, const Logger& logger);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds host:port; returns the port (the chosen one when port is 0).
+  Result<int> bind();
+  // Serves until stop(). Precondition: bind() succeeded.
+  void listen();
+  void begin_drain() { draining_ = true; }
+  bool draining() const { return draining_; }
+  void stop();
+
+ private:
+  struct Caller {
+    bool ok = false;
+    std::string api_key;  // the key it presented (when keys are configured)
+  };
+  void routes();
+  Caller authenticate(const httplib::Request& req, httplib::Response& res) const;
+  void reply_error(httplib::Response& res, const Status& status, const std::string& param = "") const;
+  void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  // Tokenized engine requests of an ApiRequest (one per prompt).
+  Result<std::vector<engine::CompletionRequest>> engine_requests(const ApiRequest& api, const Caller& caller);
+  Result<std::vector<int32_t>> chat_prompt(const ApiRequest& api) const;
+  void wait_and_reply(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,
+                      std::shared_ptr<RequestStream> stream, std::vector<engine::RequestId> ids);
+  void stream_reply(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,
+                    std::shared_ptr<RequestStream> stream, std::vector<engine::RequestId> ids);
+  ResponseMeta meta_for(const ApiRequest& api);
+  uint64_t draw_seed();
+
+  engine::ServingEngine& engine_;
+  ChatTemplate chat_template_;
+  std::vector<int32_t> end_of_turn_ids_;       // chat: the template's end-of-turn token, if one
+  std::vector<std::string> end_of_turn_stops_; // chat: else its text as a stop string
+  ServerConfig config_;
+  const Logger& logger_;
+  std::unique_ptr<httplib::Server> http_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> next_id_{1};
+  std::mutex seed_mutex_;
+  Rng seed_rng_;
+};
+
+}  // namespace pagoda::server

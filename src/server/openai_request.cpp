@@ -1,0 +1,328 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace pagoda::server {
+
+namespace {
+
+using nlohmann::json;
+
+// Reads fields of one JSON object; the first error is kept (with its field name) and later reads
+// become no-ops, so a parser reads like a list of fields.
+class FieldReader {
+ public:
+  explicit FieldReader(const json& object) : object_(object) {}
+
+  bool ok() const { return status_.is_ok(); }
+  const Status& status() const { return status_; }
+  const std::string& param() const { return param_; }
+
+  void fail(const std::string& param, const std::string& message) {
+    if (!ok()) return;
+    param_ = param;
+    status_ = Status::invalid_argument(param + ": " + message);
+  }
+
+  // The field when present and not null.
+  const json* get(const char* name) const {
+    if (!ok()) return nullptr;
+    auto it = object_.find(name);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  void read_bool(const char* name, bool& out) {
+    if (const json* v = get(name)) {
+      if (!v->is_boolean()) return fail(name, "must be a boolean");
+      out = v->get<bool>();
+    }
+  }
+  void read_number(const char* name, double lo, double hi, float& out) {
+    if (const json* v = get(name)) {
+      if (!v->is_number()) return fail(name, "must be a number");
+      const double x = v->get<double>();
+      if (!std::isfinite(x) || x < lo || x > hi) {
+        return fail(name, "must be between " + trim_number(lo) + " and " + trim_number(hi) + ", got " + v->dump());
+      }
+      out = static_cast<float>(x);
+    }
+  }
+  // Integers only (2.0 is a float in JSON and rejected, as OpenAI does).
+  template <typename Int>
+  void read_int(const char* name, int64_t lo, int64_t hi, Int& out) {
+    if (const json* v = get(name)) {
+      if (!v->is_number_integer()) return fail(name, "must be an integer");
+      if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return fail(name, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + v->dump());
+      }
+      const int64_t x = v->get<int64_t>();
+      if (x < lo || x > hi) {
+        return fail(name, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + v->dump());
+      }
+      out = static_cast<Int>(x);
+    }
+  }
+  void read_string(const char* name, std::string& out) {
+    if (const json* v = get(name)) {
+      if (!v->is_string()) return fail(name, "must be a string");
+      out = v->get<std::string>();
+    }
+  }
+
+ private:
+  static std::string trim_number(double x) {
+    std::string s = std::to_string(x);
+    while (!s.empty() && s.back() == '0') s.pop_back();
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  }
+
+  const json& object_;
+  Status status_;
+  std::string param_;
+};
+
+bool token_ids(const json& v, int32_t vocab_size, std::vector<int32_t>& out) {
+  out.clear();
+  for (const json& id : v) {
+    if (!id.is_number_integer()) return false;
+    const int64_t x = id.get<int64_t>();
+    if (x < 0 || x >= vocab_size || (id.is_number_unsigned() && id.get<uint64_t>() >= static_cast<uint64_t>(vocab_size))) {
+      return false;
+    }
+    out.push_back(static_cast<int32_t>(x));
+  }
+  return true;
+}
+
+Result<json> parse_object(std::string_view body) {
+  json j;
+  try {
+    j = json::parse(body.begin(), body.end());
+  } catch (const json::exception& e) {
+    return Status::invalid_argument(std::string("the body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) return Status::invalid_argument("the body must be a JSON object");
+  return j;
+}
+
+// Fields shared by both endpoints.
+void read_common(FieldReader& r, const RequestLimits& limits, ApiRequest& req) {
+  req.sampling = engine::SamplingParams{};
+  req.sampling.temperature = 1.0f;
+  req.sampling.top_k = 0;
+  req.sampling.top_p = 1.0f;
+  req.sampling.min_p = 0.0f;
+  req.sampling.repetition_penalty = 1.0f;
+  r.read_string("model", req.model);
+  r.read_number("temperature", 0, 2, req.sampling.temperature);
+  r.read_number("top_p", 0, 1, req.sampling.top_p);
+  if (r.ok() && r.get("top_p") != nullptr && req.sampling.top_p <= 0) r.fail("top_p", "must be greater than 0");
+  r.read_int("top_k", -1, int64_t{1} << 30, req.sampling.top_k);
+  r.read_number("min_p", 0, 1, req.sampling.min_p);
+  r.read_number("repetition_penalty", 0, 10, req.sampling.repetition_penalty);
+  if (r.ok() && req.sampling.repetition_penalty <= 0) r.fail("repetition_penalty", "must be greater than 0");
+  if (r.get("seed") != nullptr) {
+    int64_t seed = 0;
+    r.read_int("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), seed);
+    req.sampling.seed = static_cast<uint64_t>(seed);
+    req.has_seed = true;
+  }
+  r.read_int("n", 1, limits.max_choices, req.n);
+  r.read_bool("stream", req.stream);
+  if (const json* so = r.get("stream_options")) {
+    if (!so->is_object()) return r.fail("stream_options", "must be an object");
+    auto it = so->find("include_usage");
+    if (it != so->end() && !it->is_null()) {
+      if (!it->is_boolean()) return r.fail("stream_options.include_usage", "must be a boolean");
+      req.include_usage = it->get<bool>();
+    }
+  }
+  if (const json* stop = r.get("stop")) {
+    if (stop->is_string()) {
+      req.stop = {stop->get<std::string>()};
+    } else if (stop->is_array()) {
+      for (const json& s : *stop) {
+        if (!s.is_string()) return r.fail("stop", "must be a string or an array of strings");
+        req.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return r.fail("stop", "must be a string or an array of strings");
+    }
+    if (req.stop.size() > limits.max_stop) return r.fail("stop", "at most " + std::to_string(limits.max_stop) + " stop strings");
+    for (const std::string& s : req.stop) {
+      if (s.empty()) return r.fail("stop", "stop strings must not be empty");
+    }
+  }
+  if (const json* ids = r.get("stop_token_ids")) {
+    if (!ids->is_array() || !token_ids(*ids, limits.vocab_size, req.stop_token_ids)) {
+      return r.fail("stop_token_ids", "must be an array of token ids in [0, " + std::to_string(limits.vocab_size) + ")");
+    }
+    if (req.stop_token_ids.size() > limits.max_stop) return r.fail("stop_token_ids", "too many ids");
+  }
+  r.read_bool("ignore_eos", req.ignore_eos);
+  r.read_int("priority", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), req.priority);
+  r.read_string("cache_salt", req.cache_salt);
+  if (r.ok() && r.get("cache_salt") != nullptr && req.cache_salt.empty()) r.fail("cache_salt", "must not be empty");
+
+  // Implemented nowhere: refuse rather than silently ignore.
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    float value = 0;
+    r.read_number(name, -2, 2, value);
+    if (r.ok() && value != 0) r.fail(name, "is not supported (only 0)");
+  }
+  if (const json* bias = r.get("logit_bias"); bias != nullptr && !(bias->is_object() && bias->empty())) {
+    r.fail("logit_bias", "is not supported");
+  }
+  if (const json* tools = r.get("tools"); tools != nullptr && !(tools->is_array() && tools->empty())) {
+    r.fail("tools", "tool calls are not supported");
+  }
+  if (const json* format = r.get("response_format")) {
+    if (!format->is_object() || format->value("type", std::string()) != "text") {
+      r.fail("response_format", "only {\"type\": \"text\"} is supported");
+    }
+  }
+}
+
+void read_max_tokens(FieldReader& r, const char* name, const RequestLimits& limits, ApiRequest& req) {
+  if (r.get(name) == nullptr) return;
+  r.read_int(name, 1, std::numeric_limits<int64_t>::max(), req.max_tokens);
+  if (r.ok() && req.max_tokens > limits.max_context) {
+    r.fail(name, std::to_string(req.max_tokens) + " is more than the model's context of " +
+                     std::to_string(limits.max_context) + " tokens");
+  }
+  req.max_tokens_given = true;
+}
+
+// n x prompts choices, and the explicit n x prompts x max_tokens budget.
+void check_totals(FieldReader& r, const RequestLimits& limits, ApiRequest& req, size_t num_prompts) {
+  if (!r.ok()) return;
+  const int64_t choices = static_cast<int64_t>(req.n) * static_cast<int64_t>(num_prompts);
+  if (choices > limits.max_choices) {
+    return r.fail("n", "n x prompts = " + std::to_string(choices) + " choices; the server allows at most " +
+                           std::to_string(limits.max_choices));
+  }
+  if (req.max_tokens_given && choices * req.max_tokens > limits.max_total_tokens) {
+    r.fail("max_tokens", "n x prompts x max_tokens = " + std::to_string(choices * req.max_tokens) +
+                             " tokens; the server allows at most " + std::to_string(limits.max_total_tokens) + " per request");
+  }
+}
+
+Status finish(const FieldReader& r, std::string* param) {
+  if (!r.ok() && param != nullptr) *param = r.param();
+  return r.status();
+}
+
+// prompt: "text" | ["text", ...] | [id, ...] | [[id, ...], ...]
+void read_prompts(FieldReader& r, const RequestLimits& limits, ApiRequest& req) {
+  const json* p = r.get("prompt");
+  if (p == nullptr) return r.fail("prompt", "is required");
+  const std::string ids_error = "token ids must be integers in [0, " + std::to_string(limits.vocab_size) + ")";
+  auto add_text = [&](const json& v) { req.prompts.push_back({false, v.get<std::string>(), {}}); };
+  auto add_ids = [&](const json& v) {
+    PromptInput in;
+    in.is_tokens = true;
+    if (!token_ids(v, limits.vocab_size, in.tokens)) return r.fail("prompt", ids_error);
+    if (in.tokens.empty()) return r.fail("prompt", "a token-id prompt must not be empty");
+    req.prompts.push_back(std::move(in));
+  };
+  if (p->is_string()) return add_text(*p);
+  if (!p->is_array() || p->empty()) return r.fail("prompt", "must be a string, an array of strings or an array of token ids");
+  if (p->front().is_number()) return add_ids(*p);
+  for (const json& item : *p) {
+    if (item.is_string()) {
+      add_text(item);
+    } else if (item.is_array()) {
+      add_ids(item);
+    } else {
+      return r.fail("prompt", "must be a string, an array of strings or an array of token ids");
+    }
+    if (!r.ok()) return;
+  }
+}
+
+// content: "text" | [{"type": "text", "text": "..."}, ...] | null (an assistant turn)
+void read_messages(FieldReader& r, ApiRequest& req) {
+  const json* m = r.get("messages");
+  if (m == nullptr) return r.fail("messages", "is required");
+  if (!m->is_array() || m->empty()) return r.fail("messages", "must be a non-empty array of messages");
+  for (size_t i = 0; i < m->size(); ++i) {
+    const json& msg = (*m)[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!msg.is_object()) return r.fail(at, "must be an object");
+    auto role = msg.find("role");
+    if (role == msg.end() || !role->is_string()) return r.fail(at + ".role", "must be a string");
+    ChatMessage out;
+    out.role = role->get<std::string>();
+    if (out.role == "developer") out.role = "system";  // OpenAI's newer name for it
+    if (out.role != "system" && out.role != "user" && out.role != "assistant") {
+      return r.fail(at + ".role", "must be system, developer, user or assistant, got '" + out.role + "'");
+    }
+    auto content = msg.find("content");
+    if (content == msg.end() || content->is_null()) {
+      if (out.role != "assistant") return r.fail(at + ".content", "is required");
+    } else if (content->is_string()) {
+      out.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (const json& part : *content) {
+        if (!part.is_object() || part.value("type", std::string()) != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return r.fail(at + ".content", "only text parts ({\"type\": \"text\", \"text\": \"...\"}) are supported");
+        }
+        out.content += part["text"].get<std::string>();
+      }
+    } else {
+      return r.fail(at + ".content", "must be a string or an array of text parts");
+    }
+    req.messages.push_back(std::move(out));
+  }
+}
+
+}  // namespace
+
+Result<ApiRequest> parse_completion_request(std::string_view body, const RequestLimits& limits, std::string* param) {
+  PAGODA_ASSIGN_OR_RETURN(json j, parse_object(body));
+  ApiRequest req;
+  FieldReader r(j);
+  read_common(r, limits, req);
+  read_prompts(r, limits, req);
+  read_max_tokens(r, "max_tokens", limits, req);
+  if (r.get("logprobs") != nullptr) r.read_int("logprobs", 0, limits.max_logprobs, req.logprobs);
+  bool echo = false;
+  r.read_bool("echo", echo);
+  if (echo) r.fail("echo", "is not supported");
+  if (const json* suffix = r.get("suffix"); suffix != nullptr && !(suffix->is_string() && suffix->get<std::string>().empty())) {
+    r.fail("suffix", "is not supported");
+  }
+  int best_of = req.n;
+  r.read_int("best_of", 1, limits.max_choices, best_of);
+  if (r.ok() && best_of != req.n) r.fail("best_of", "must equal n (best-of selection is not supported)");
+  check_totals(r, limits, req, req.prompts.size());
+  PAGODA_RETURN_IF_ERROR(finish(r, param));
+  return req;
+}
+
+Result<ApiRequest> parse_chat_request(std::string_view body, const RequestLimits& limits, std::string* param) {
+  PAGODA_ASSIGN_OR_RETURN(json j, parse_object(body));
+  ApiRequest req;
+  req.chat = true;
+  req.max_tokens = limits.max_context;  // until the context is full (the engine clips it)
+  FieldReader r(j);
+  read_common(r, limits, req);
+  read_messages(r, req);
+  read_max_tokens(r, "max_tokens", limits, req);
+  read_max_tokens(r, "max_completion_tokens", limits, req);  // the newer name wins
+  bool logprobs = false;
+  r.read_bool("logprobs", logprobs);
+  int top_logprobs = 0;
+  r.read_int("top_logprobs", 0, limits.max_logprobs, top_logprobs);
+  if (r.ok() && r.get("top_logprobs") != nullptr && !logprobs) r.fail("top_logprobs", "needs \"logprobs\": true");
+  if (logprobs) req.logprobs = top_logprobs;
+  check_totals(r, limits, req, 1);
+  PAGODA_RETURN_IF_ERROR(finish(r, param));
+  return req;
+}
+
+}  // namespace pagoda::server

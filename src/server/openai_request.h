@@ -1,0 +1,69 @@
+// OpenAI request bodies (POST /v1/completions, /v1/chat/completions) -> a validated ApiRequest.
+//
+// Rules: the body is one JSON object (UTF-8; ill-formed UTF-8 is an error). Known fields are
+// checked for type and range; null means "not given"; unknown fields are ignored (clients send
+// many). Fields that would change the output but are not implemented (echo, suffix, logit_bias,
+// non-zero presence/frequency penalties, tools, a non-text response_format, best_of != n) are
+// errors rather than silently ignored. Every error is kInvalidArgument (HTTP 400) and names the
+// offending field through `param`.
+//
+// Defaults follow OpenAI: temperature 1, top_p 1 (top_k, min_p off), n 1, max_tokens 16 for
+// completions and "until the context is full" for chat. The seed is left unset when not given
+// (the server draws one).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sampler.h"
+#include "server/chat_template.h"
+
+namespace pagoda::server {
+
+// One completions prompt: text (tokenized by the server) or token ids used as given.
+struct PromptInput {
+  bool is_tokens = false;
+  std::string text;
+  std::vector<int32_t> tokens;
+};
+
+struct ApiRequest {
+  bool chat = false;
+  std::string model;                    // "" when omitted
+  std::vector<PromptInput> prompts;     // completions: one or more (choices per prompt)
+  std::vector<ChatMessage> messages;    // chat
+  int64_t max_tokens = 16;              // per choice
+  bool max_tokens_given = false;
+  engine::SamplingParams sampling;      // OpenAI defaults; seed valid when has_seed
+  bool has_seed = false;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int n = 1;                            // choices per prompt
+  int logprobs = -1;                    // -1: none; k >= 0: the chosen token's + top k
+  bool stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+  int32_t priority = 0;
+  std::string cache_salt;
+};
+
+struct RequestLimits {
+  int32_t vocab_size = 0;               // token ids in prompts and stop_token_ids must be below
+  int64_t max_context = 0;              // max_tokens above it can never be produced: an error
+  int max_choices = 16;                 // n x number of prompts
+  int64_t max_total_tokens = 1 << 20;   // explicit n x prompts x max_tokens above it: an error
+  size_t max_stop = 16;                 // stop strings, and stop token ids
+  int max_logprobs = 20;
+};
+
+// On error, *param (when non-null) names the field ("temperature", "messages[1].content").
+Result<ApiRequest> parse_completion_request(std::string_view body, const RequestLimits& limits,
+                                            std::string* param = nullptr);
+Result<ApiRequest> parse_chat_request(std::string_view body, const RequestLimits& limits,
+                                      std::string* param = nullptr);
+
+}  // namespace pagoda::server

@@ -1,0 +1,80 @@
+// OpenAI response bodies: completion and chat.completion objects, their streaming chunks (SSE
+// `data: {...}\n\n` lines, ended by `data: [DONE]\n\n`), usage, and the error object.
+//
+// ResponseBuilder folds ChoiceEvents into per-choice text, finish reasons and logprobs (for the
+// non-streaming body) or turns each event into a chunk (streaming). Every body and the final
+// usage chunk carry usage.prompt_tokens_details.cached_tokens.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "engine/serving.h"
+#include "model/tokenizer.h"
+#include "server/request_stream.h"
+
+namespace pagoda::server {
+
+// HTTP status of a failed Status: 400 invalid, 404 not found, 413 too large, 429 unavailable
+// (503 when the server is shutting down), 499-like aborts and other errors: 500.
+int http_status_for(const Status& status, bool shutting_down);
+
+// {"error": {"message", "type", "param", "code"}}; type follows OpenAI ("invalid_request_error",
+// "authentication_error", "not_found_error", "rate_limit_exceeded", "server_error").
+std::string error_body(int http_status, const std::string& message, const std::string& param = "",
+                       const std::string& code = "");
+
+const char* finish_reason_text(engine::FinishReason reason);  // "stop", "length", "abort"
+
+nlohmann::json usage_json(const engine::RequestUsage& usage);
+
+// JSON text with ill-formed UTF-8 replaced (token pieces may be partial characters).
+std::string dump(const nlohmann::json& j);
+
+struct ResponseMeta {
+  std::string id;          // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;     // Unix seconds
+  std::string model;
+  bool chat = false;
+  int logprobs = -1;       // as requested (-1: none)
+  bool include_usage = false;  // streaming: "usage": null on chunks, a final usage chunk
+};
+
+class ResponseBuilder {
+ public:
+  ResponseBuilder(ResponseMeta meta, int num_choices, const model::Tokenizer& tokenizer);
+
+  // Non-streaming: fold events, then body().
+  void add(const ChoiceEvent& event);
+  std::string body(const engine::RequestUsage& usage) const;
+
+  // Streaming: the SSE lines of one event (chat: the first chunk of a choice also carries
+  // the assistant role); "" when the event carries nothing to send.
+  std::string chunk(const ChoiceEvent& event);
+  std::string usage_chunk(const engine::RequestUsage& usage) const;
+  static std::string done_line() { return "data: [DONE]\n\n"; }
+  // An SSE comment: keeps the connection busy (and reveals a closed one) while nothing happens.
+  static std::string keep_alive() { return ":\n\n"; }
+
+ private:
+  struct Choice {
+    std::string text;
+    std::optional<engine::FinishReason> reason;
+    nlohmann::json logprobs;  // chat: {"content": [...]}, completions: {tokens, ...}
+    int64_t text_offset = 0;  // completions logprobs: byte offset of the next token
+    bool role_sent = false;   // chat streaming
+  };
+  nlohmann::json logprobs_of(Choice& choice, const ChoiceEvent& event) const;
+  nlohmann::json chunk_object() const;
+
+  ResponseMeta meta_;
+  const model::Tokenizer* tokenizer_;
+  std::vector<Choice> choices_;
+};
+
+}  // namespace pagoda::server

@@ -1,0 +1,131 @@
+// `pagoda serve` as a user runs it: it prints its URL and a curl line that works as is, answers,
+// and on SIGTERM drains (or, past --drain-timeout, aborts) in-flight work and exits 0.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "server_fixture.h"
+
+namespace pagoda::testing {
+namespace {
+
+using nlohmann::json;
+
+class ServeProcess {
+ public:
+  explicit ServeProcess(const std::string& extra_args) {
+    err_path_ = ::testing::TempDir() + "/pagoda-serve-" + std::to_string(getpid()) + ".err";
+    int out[2];
+    CHECK(pipe(out) == 0);
+    pid_ = fork();
+    CHECK(pid_ >= 0);
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      const int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(err, STDERR_FILENO);
+      close(out[0]);
+      const std::string cmd = std::string(PAGODA_BIN_DIR) + "/pagoda serve -m " + stories_dir() +
+                              "/stories260K.gguf --port 0 -c 512 -t 1 " + extra_args;
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(out[1]);
+    out_ = fdopen(out[0], "r");
+  }
+  ~ServeProcess() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_ != nullptr) fclose(out_);
+  }
+  std::string line() {
+    char buf[4096];
+    if (fgets(buf, sizeof(buf), out_) == nullptr) return "";
+    std::string s(buf);
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  // Exit code after SIGTERM (-1: killed by a signal).
+  int terminate() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::string err() const { return read_file_or_empty(err_path_); }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  FILE* out_ = nullptr;
+  std::string err_path_;
+};
+
+int port_of(const std::string& url_line) {
+  const size_t colon = url_line.rfind(':');
+  return colon == std::string::npos ? -1 : std::atoi(url_line.c_str() + colon + 1);
+}
+
+std::string shell(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+TEST(ServeCli, PrintsAWorkingCurlLineAndStopsOnSigterm) {
+  ServeProcess serve("");
+  const std::string url_line = serve.line();
+  ASSERT_NE(url_line.find("http://127.0.0.1:"), std::string::npos) << url_line << serve.err();
+  const std::string curl_line = serve.line();
+  ASSERT_EQ(curl_line.rfind("try: curl ", 0), 0u) << curl_line;
+  const json reply = json::parse(shell(curl_line.substr(5)));
+  EXPECT_EQ(reply["object"], "text_completion") << reply;
+  EXPECT_FALSE(reply["choices"][0]["text"].get<std::string>().empty());
+  EXPECT_EQ(reply["model"], "stories260K");
+  EXPECT_EQ(serve.terminate(), 0) << serve.err();
+  EXPECT_NE(serve.err().find("pagoda serve: stopped"), std::string::npos) << serve.err();
+}
+
+TEST(ServeCli, SigtermDrainsInFlightRequests) {
+  ServeProcess serve("--drain-timeout 60");
+  const int port = port_of(serve.line());
+  ASSERT_GT(port, 0) << serve.err();
+  const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}};
+  const int fd = send_raw(port, post_request("/v1/completions", body.dump()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: {") == std::string::npos) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  std::thread stopper([&] { EXPECT_EQ(serve.terminate(), 0) << serve.err(); });
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) got.append(buf, static_cast<size_t>(n));
+  close(fd);
+  stopper.join();
+  // The request finished in full before the process went away.
+  EXPECT_NE(got.find("\"finish_reason\":\"length\""), std::string::npos) << got.substr(got.size() > 400 ? got.size() - 400 : 0);
+  EXPECT_NE(got.find("data: [DONE]"), std::string::npos);
+}
+
+TEST(ServeCli, BadFlagsFailClearly) {
+  ServeProcess serve("--chat-template vicuna");
+  EXPECT_EQ(serve.line(), "");
+  EXPECT_EQ(serve.terminate(), 1);
+  EXPECT_NE(serve.err().find("unknown --chat-template 'vicuna'"), std::string::npos) << serve.err();
+}
+
+}  // namespace
+}  // namespace pagoda::testing

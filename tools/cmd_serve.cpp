@@ -1,0 +1,202 @@
+// pagoda serve: the OpenAI-compatible HTTP server over a continuous-batching ServingEngine.
+//
+// Wiring: model + engine (EngineOptions) -> ServingEngine (its own loop thread) -> HttpServer
+// (httplib's thread pool). SIGINT/SIGTERM are blocked in every thread and taken by sigwait() on
+// the main thread: the server stops taking work (503, /health says draining), in-flight requests
+// get up to --drain-timeout seconds to finish, what is left is aborted, then the engine and the
+// server shut down and the process exits 0.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "engine/serving.h"
+#include "server/http_server.h"
+#include "tools/commands.h"
+
+namespace pagoda::tools {
+
+namespace {
+
+struct ServeOptions {
+  EngineOptions engine;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::vector<std::string> api_keys;
+  bool salt_per_api_key = false;
+  std::string chat_template;  // family name; "" = from the model, else the fallback
+  std::string model_name;     // "" = the file stem, else general.name
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 512;
+  int64_t max_waiting = 256;
+  int max_choices = 16;
+  int http_threads = 64;
+  int64_t max_body_bytes = 8 << 20;
+  double drain_timeout_s = 30;
+};
+
+std::string served_name(const ServeOptions& o, const engine::Engine& eng) {
+  if (!o.model_name.empty()) return o.model_name;
+  if (!o.engine.model_path.empty()) {  // the file says which model it is better than general.name ("llama")
+    std::filesystem::path path(o.engine.model_path);
+    if (!path.has_filename()) path = path.parent_path();  // a folder given as "dir/"
+    return path.stem().string();
+  }
+  if (!eng.model().config().name.empty()) return eng.model().config().name;
+  return "default";
+}
+
+Result<server::ChatTemplate> chat_template_for(const ServeOptions& o, const engine::Engine& eng,
+                                               const model::Tokenizer& tok, const Logger& logger) {
+  std::optional<server::ChatFamily> family;
+  if (!o.chat_template.empty()) {
+    family = server::chat_family_from_name(o.chat_template);
+    if (!family) {
+      return Status::invalid_argument("unknown --chat-template '" + o.chat_template + "' (" +
+                                      server::chat_family_names() + ")");
+    }
+  } else {
+    const std::string jinja = eng.model().file().get_string("tokenizer.chat_template").value_or("");
+    family = server::detect_chat_template(jinja);
+    if (!family) {
+      logger.warn(std::string(jinja.empty() ? "the model has no chat template" : "the model's chat template is none of " +
+                                                  server::chat_family_names()) +
+                  "; chat uses the chatml fallback (choose with --chat-template)");
+      family = server::ChatFamily::kChatML;
+    }
+  }
+  logger.info("chat template: " + std::string(server::chat_family_name(*family)));
+  auto piece = [&](int32_t id) { return id >= 0 ? tok.token_to_piece(id, true) : std::string(); };
+  return server::ChatTemplate(*family, piece(tok.bos_id()), piece(tok.eos_id()));
+}
+
+// Waits for SIGINT/SIGTERM (blocked in every thread since before any was started).
+int wait_for_signal(const sigset_t& signals) {
+  int signal_number = 0;
+  while (sigwait(&signals, &signal_number) != 0) {
+  }
+  return signal_number;
+}
+
+// Gives in-flight work up to timeout_s to finish; true when it all did.
+bool drain(const engine::ServingEngine& serving, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const engine::ServingMetrics m = serving.metrics();
+    if (m.running == 0 && m.waiting == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
+  if (!o.engine.verbose) logger.set_level(LogLevel::kInfo);
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by every thread started below
+  signal(SIGPIPE, SIG_IGN);                       // a client that hangs up is an ordinary event
+
+  auto loaded = load_engine(o.engine, clock, logger);
+  if (!loaded.is_ok()) return fail(loaded.status());
+  std::shared_ptr<const model::Tokenizer> tokenizer = std::move(loaded->tokenizer);
+  const engine::Engine& eng = *loaded->engine;
+  auto chat_template = chat_template_for(o, eng, *tokenizer, logger);
+  if (!chat_template.is_ok()) return fail(chat_template.status());
+
+  server::ServerConfig config;
+  config.host = o.host;
+  config.port = o.port;
+  config.api_keys = o.api_keys;
+  config.salt_per_api_key = o.salt_per_api_key;
+  config.model_name = served_name(o, eng);
+  config.limits.vocab_size = tokenizer->vocab_size();
+  config.limits.max_context = eng.max_context();
+  config.limits.max_choices = o.max_choices;
+  config.limits.max_total_tokens = eng.kv_plan().token_capacity;
+  // End of text: EOS, and BOS (llama2.c-trained models mark a new story with BOS), as `run` does.
+  for (int32_t id : {tokenizer->eos_id(), tokenizer->bos_id()}) {
+    if (id >= 0) config.end_of_text_ids.push_back(id);
+  }
+  config.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
+  config.http_threads = o.http_threads;
+  config.seed = std::random_device{}();
+  config.unix_time = [] {
+    return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count());
+  };
+
+  engine::ServingConfig serving_config;
+  serving_config.max_num_seqs = o.max_num_seqs;
+  serving_config.max_num_batched_tokens = o.max_num_batched_tokens;
+  serving_config.max_waiting = o.max_waiting;
+  auto serving = engine::ServingEngine::create(std::move(loaded->engine), tokenizer, serving_config);
+  if (!serving.is_ok()) return fail(serving.status());
+  engine::ServingEngine& engine = **serving;
+
+  server::HttpServer http(engine, std::move(chat_template).value(), config, logger);
+  auto port = http.bind();
+  if (!port.is_ok()) return fail(port.status());
+  engine.start();
+  const std::string url = "http://" + o.host + ":" + std::to_string(*port);
+  std::printf("pagoda serve: %s at %s\n", config.model_name.c_str(), url.c_str());
+  std::printf("try: curl -s %s/v1/completions -H 'Content-Type: application/json'%s -d "
+              "'{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n",
+              url.c_str(), o.api_keys.empty() ? "" : " -H 'Authorization: Bearer YOUR_KEY'");
+  std::fflush(stdout);
+
+  std::thread listener([&] {
+    http.listen();
+    if (!http.draining()) kill(getpid(), SIGTERM);  // stopped on its own: wake the main thread
+  });
+  const int signal_number = wait_for_signal(signals);
+  char timeout[32];
+  std::snprintf(timeout, sizeof(timeout), "%g", o.drain_timeout_s);
+  logger.info(std::string("pagoda serve: ") + (signal_number == SIGINT ? "SIGINT" : "SIGTERM") +
+              ", draining (up to " + timeout + " s)");
+  http.begin_drain();
+  const bool drained = drain(engine, o.drain_timeout_s);
+  if (!drained) logger.warn("pagoda serve: drain timed out; aborting the requests still running");
+  engine.shutdown(drained);
+  http.stop();
+  listener.join();
+  logger.info("pagoda serve: stopped");
+  return 0;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code) {
+  auto options = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (continuous batching)");
+  add_engine_options(*cmd, options->engine);
+  cmd->add_option("--host", options->host, "address to listen on (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", options->port, "TCP port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", options->api_keys, "accept only requests with \"Authorization: Bearer KEY\" (repeatable)");
+  cmd->add_flag("--salt-per-api-key", options->salt_per_api_key,
+                "separate the prefix cache of each API key (no cross-tenant prefix-timing side channel)");
+  cmd->add_option("--chat-template", options->chat_template,
+                  "chat template family: " + server::chat_family_names() + " (default: from the model, else chatml)");
+  cmd->add_option("--model-name", options->model_name, "the model's name in the API (default: the file stem; the built-in model: its general.name)");
+  cmd->add_option("--max-num-seqs", options->max_num_seqs, "sequences per engine step")->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens, "tokens per engine step")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-waiting", options->max_waiting, "queued requests beyond which the server answers 429")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-choices", options->max_choices, "n x prompts per request")->check(CLI::Range(1, 1024));
+  cmd->add_option("--http-threads", options->http_threads, "connections served at once")->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-body", options->max_body_bytes, "largest request body in bytes (413 beyond)")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 31));
+  cmd->add_option("--drain-timeout", options->drain_timeout_s, "seconds in-flight requests get to finish on SIGTERM")
+      ->check(CLI::Range(0.0, 3600.0));
+  cmd->callback([options, &clock, &logger, &exit_code] { exit_code = serve(*options, clock, logger); });
+}
+
+}  // namespace pagoda::tools
