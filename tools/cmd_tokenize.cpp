@@ -25,8 +25,12 @@ int tokenize(const TokenizeOptions& o) {
     ss << in.rdbuf();
     text = ss.str();
   }
-  auto tok = load_tokenizer(o.model_path, o.tokenizer_path);
-  if (!tok.is_ok()) return fail(tok.status());
+  auto file = o.model_path.empty() ? load_model_file("", "")
+                                   : model::GgufFile::read_metadata_only(o.model_path);
+  if (!o.model_path.empty() && !file.is_ok()) file = load_model_file(o.model_path, o.tokenizer_path);
+  if (!file.is_ok()) return fail(file.status());
+  auto tok = tokenizer_from_file(*file);
+  if (!tok.is_ok()) return fail(tok.status().with_context(o.model_path));
   const std::vector<int32_t> ids = tok->encode(text, !o.no_bos && tok->vocab().add_bos, o.parse_special);
   if (o.json) {
     std::printf("%s\n", nlohmann::json(ids).dump().c_str());
@@ -43,7 +47,7 @@ int tokenize(const TokenizeOptions& o) {
 void register_tokenize(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand("tokenize", "print the token ids of a text");
-  cmd->add_option("-m,--model", o->model_path, "GGUF (a vocab-only file is enough), llama2.c checkpoint or Hugging Face folder");
+  cmd->add_option("-m,--model", o->model_path, "GGUF (a vocab-only file is enough) or llama2.c checkpoint");
   cmd->add_option("--tokenizer", o->tokenizer_path, "tokenizer.bin for a llama2.c checkpoint");
   cmd->add_option("text", o->text, "text to tokenize");
   cmd->add_option("-f,--file", o->file, "read the text from a file");

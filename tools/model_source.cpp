@@ -56,16 +56,6 @@ Result<model::Tokenizer> tokenizer_from_hf_folder(const std::string& dir) {
   return Status::unavailable(dir + ": reading tokenizer.json is not available in this build");
 }
 
-Result<model::Tokenizer> load_tokenizer(const std::string& path, const std::string& tokenizer_path) {
-  if (model::is_hf_model_dir(path)) return tokenizer_from_hf_folder(path);
-  auto file = path.empty() ? load_model_file("", "") : model::GgufFile::read_metadata_only(path);
-  if (!path.empty() && !file.is_ok()) file = load_model_file(path, tokenizer_path);
-  if (!file.is_ok()) return file.status();
-  auto tok = tokenizer_from_file(*file);
-  if (!tok.is_ok()) return tok.status().with_context(path);
-  return tok;
-}
-
 Result<LoadedModel> load_model(const std::string& path, const std::string& tokenizer_path) {
   LoadedModel loaded;
   const std::string name = path.empty() ? std::string("built-in default model") : path;

@@ -24,10 +24,6 @@ Result<model::Tokenizer> tokenizer_from_file(const model::GgufFile& file);
 // Tokenizer of a Hugging Face folder: tokenizer.json + tokenizer_config.json.
 Result<model::Tokenizer> tokenizer_from_hf_folder(const std::string& dir);
 
-// The tokenizer of any model source (a folder, a file, or "" for the default model); reads
-// no weights where it can help it.
-Result<model::Tokenizer> load_tokenizer(const std::string& path, const std::string& tokenizer_path);
-
 struct LoadedModel {
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<model::Tokenizer> tokenizer;
