@@ -74,6 +74,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o, const Clock& clock, con
   PAGODA_ASSIGN_OR_RETURN(LoadedModel source, load_model(o.model_path, o.tokenizer_path));
   LoadedEngine loaded;
   loaded.tokenizer = std::move(source.tokenizer);
+  loaded.chat_template = std::move(source.chat_template);
   const std::string name = o.model_path.empty() ? std::string("built-in default model") : o.model_path;
   const model::ModelConfig& mc = source.model->config();
   logger.info(name + ": " + mc.arch_name + ", " + std::to_string(mc.n_layer) + " layers, width " +

@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "model/gguf.h"
+#include "model/hf_tokenizer.h"
 #include "model/llama_model.h"
 #include "model/tokenizer.h"
 
@@ -21,12 +22,14 @@ Result<model::GgufFile> load_model_file(const std::string& path, const std::stri
 // Tokenizer from a model file's metadata.
 Result<model::Tokenizer> tokenizer_from_file(const model::GgufFile& file);
 
-// Tokenizer of a Hugging Face folder: tokenizer.json + tokenizer_config.json.
-Result<model::Tokenizer> tokenizer_from_hf_folder(const std::string& dir);
+// Tokenizer (with bos/eos, add_bos and the chat template) of a Hugging Face folder:
+// tokenizer.json + tokenizer_config.json (model/hf_tokenizer.h).
+Result<model::HfTokenizer> tokenizer_from_hf_folder(const std::string& dir);
 
 struct LoadedModel {
   std::unique_ptr<model::LlamaModel> model;
-  std::unique_ptr<model::Tokenizer> tokenizer;
+  std::unique_ptr<model::Tokenizer> tokenizer;  // its vocab() holds bos/eos ids and add_bos
+  std::string chat_template;  // tokenizer_config.json or GGUF tokenizer.chat_template; "" if none
 };
 
 // Weights and tokenizer of any model source; a folder holding config.json is a Hugging Face

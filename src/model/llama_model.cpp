@@ -31,7 +31,7 @@ Result<const TensorRef*> find_tensor(const TensorTable& tensors, const std::stri
   }
   if (!t->dtype.has_value()) {
     return Status::error("tensor '" + name + "' has type " + t->type_name +
-                         ", which Pagoda cannot compute with (supported: f32, f16, bf16, q8_0, q4_0)");
+                         ", which Pagoda cannot compute with (supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)");
   }
   return t;
 }

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "hf_writer.h"
+#include "model/byte_level.h"
 #include "model/model_factory.h"
 #include "tools/run_pagoda.h"
 
@@ -22,6 +23,57 @@ std::string hf_folder(const std::string& name, const testing::HfWriteOptions& op
   EXPECT_TRUE(gguf.is_ok());
   testing::write_hf_folder(*gguf, dir, options);
   return dir;
+}
+
+// A byte-level BPE tokenizer.json of 261 tokens (fewer than the model's 300 rows): the 256
+// byte tokens, merges "Ġ t", "h e", "Ġt he", "l l" (ids 256-259) and <|endoftext|> (260).
+void write_tokenizer(const std::string& dir) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[std::string(model::byte_level_char(static_cast<uint8_t>(b)))] = b;
+  const std::vector<std::string> merges = {"Ġ t", "h e", "Ġt he", "l l"};
+  vocab["Ġt"] = 256;
+  vocab["he"] = 257;
+  vocab["Ġthe"] = 258;
+  vocab["ll"] = 259;
+  const nlohmann::json tokenizer = {
+      {"version", "1.0"},
+      {"added_tokens", {{{"id", 260}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
+                         {"rstrip", false}, {"normalized", false}, {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"fuse_unk", false},
+                 {"byte_fallback", false}, {"vocab", vocab}, {"merges", merges}}},
+  };
+  testing::write_text(dir + "/tokenizer.json", tokenizer.dump());
+  const nlohmann::json config = {{"bos_token", nullptr}, {"eos_token", "<|endoftext|>"}, {"add_bos_token", false},
+                                 {"chat_template", "{% for m in messages %}{{ m['content'] }}{% endfor %}"}};
+  testing::write_text(dir + "/tokenizer_config.json", config.dump());
+}
+
+TEST(CliHf, RunsAFolder) {
+  const std::string dir = hf_folder("run", {.dtype = "BF16", .shards = 2}, "qwen2");
+  Output o = pagoda("run -m " + dir + " -p 'hello the' -n 4");
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_NE(o.err.find("no tokenizer.json"), std::string::npos) << o.err;
+
+  write_tokenizer(dir);
+  o = pagoda("tokenize -m " + dir + " --json 'hello the'");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out, "[257,259,111,258]\n");  // he ll o Ġthe
+  o = pagoda("run -m " + dir + " -p 'hello the' -n 12 --temp 0 --ignore-eos --json -v");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  ASSERT_FALSE(o.signaled);
+  auto j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["prompt_token_ids"], nlohmann::json({257, 259, 111, 258}));
+  EXPECT_EQ(j["token_ids"].size(), 12u);
+  for (int id : j["token_ids"]) EXPECT_TRUE(id >= 0 && id < 300) << id;  // ids past 260 decode to ""
+  EXPECT_NE(o.err.find("qwen2, 2 layers, width 64"), std::string::npos) << o.err;
+  // Greedy and deterministic: the same tokens again.
+  Output again = pagoda("run -m " + dir + " -p 'hello the' -n 12 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(again.out)["token_ids"], j["token_ids"]);
 }
 
 TEST(CliHf, InfoDescribesAFolder) {
