@@ -3,6 +3,7 @@
 #include <map>
 
 #include "kvcache/kv_layout.h"
+#include "model/hf_checkpoint.h"
 #include "model/model_config.h"
 #include "model/model_factory.h"
 #include "tools/commands.h"
@@ -12,7 +13,59 @@ namespace pagoda::tools {
 
 namespace {
 
+void print_config(const model::ModelConfig& c) {
+  std::printf("architecture    %s%s%s\n", c.arch_name.c_str(), c.name.empty() ? "" : "  name: ", c.name.c_str());
+  std::printf("layers          %lld\n", (long long)c.n_layer);
+  std::printf("width           %lld\n", (long long)c.n_embd);
+  std::printf("heads           %lld query, %lld kv (%s), head dim %lld\n", (long long)c.n_head, (long long)c.n_kv_head,
+              c.n_kv_head == c.n_head ? "MHA" : c.n_kv_head == 1 ? "MQA" : "GQA", (long long)c.head_dim);
+  std::printf("feed-forward    %lld\n", (long long)c.n_ff);
+  std::printf("vocab           %lld\n", (long long)c.n_vocab);
+  std::printf("context         %lld (trained)\n", (long long)c.n_ctx_train);
+  std::printf("rope            %s, %lld dims, base %g, scale %g\n",
+              c.rope.style == kernels::RopeStyle::kAdjacentPairs ? "adjacent pairs" : "neox halves",
+              (long long)c.rope.rot_dim, c.rope.freq_base, c.rope.freq_scale);
+  if (!c.rope.freq_factors.empty()) {
+    std::printf("rope scaling    per-pair frequency divisors %g .. %g (llama3 / rope_freqs)\n", c.rope.freq_factors.front(),
+                c.rope.freq_factors.back());
+  }
+  if (c.has_qkv_bias || c.has_qk_norm) {
+    std::printf("attention       %s%s\n", c.has_qkv_bias ? "q/k/v bias " : "", c.has_qk_norm ? "q/k norm" : "");
+  }
+  if (c.sliding_window > 0) std::printf("sliding window  %lld\n", (long long)c.sliding_window);
+  std::printf("rms eps         %g\n", c.rms_eps);
+  std::printf("KV bytes/token  %lld (f32), %lld (f16)  = 2 x %lld layers x %lld kv heads x %lld dims x dtype\n",
+              (long long)c.kv_bytes_per_token(4), (long long)c.kv_bytes_per_token(2), (long long)c.n_layer,
+              (long long)c.n_kv_head, (long long)c.head_dim);
+}
+
+// A Hugging Face folder: its config, safetensors files and tensor bytes per dtype.
+int info_hf(const std::string& dir) {
+  auto checkpoint = model::HfCheckpoint::open(dir);
+  if (!checkpoint.is_ok()) return fail(checkpoint.status());
+  std::printf("folder          %s (Hugging Face %s)\n", dir.c_str(), checkpoint->config().architecture.c_str());
+  print_config(checkpoint->config().model);
+  std::map<std::string, std::pair<int, uint64_t>> by_type;
+  uint64_t total = 0;
+  for (const model::SafetensorsFile& file : checkpoint->files()) {
+    for (const model::SafetensorsTensor& t : file.tensors()) {
+      auto& e = by_type[t.dtype_name];
+      ++e.first;
+      e.second += t.end - t.begin;
+      total += t.end - t.begin;
+    }
+  }
+  std::printf("safetensors     %zu file%s, %zu tensors used, %s\n", checkpoint->files().size(),
+              checkpoint->files().size() == 1 ? "" : "s", checkpoint->tensors().size(),
+              kvcache::format_bytes(static_cast<int64_t>(total)).c_str());
+  for (const auto& [type, e] : by_type) {
+    std::printf("  %-6s        %d tensors, %s\n", type.c_str(), e.first, kvcache::format_bytes(static_cast<int64_t>(e.second)).c_str());
+  }
+  return 0;
+}
+
 int info(const std::string& path, const std::string& tokenizer_path, bool all_keys) {
+  if (model::is_hf_model_dir(path)) return info_hf(path);
   auto file = load_model_file(path, tokenizer_path);
   if (!file.is_ok()) return fail(file.status());
   const model::GgufFile& f = *file;
@@ -20,22 +73,7 @@ int info(const std::string& path, const std::string& tokenizer_path, bool all_ke
   std::printf("gguf version    %u, %zu metadata keys, %zu tensors\n", f.version(), f.metadata().size(), f.tensors().size());
   auto config = model::config_from_gguf(f);
   if (config.is_ok()) {
-    const model::ModelConfig& c = *config;
-    std::printf("architecture    %s%s%s\n", c.arch_name.c_str(), c.name.empty() ? "" : "  name: ", c.name.c_str());
-    std::printf("layers          %lld\n", (long long)c.n_layer);
-    std::printf("width           %lld\n", (long long)c.n_embd);
-    std::printf("heads           %lld query, %lld kv (%s), head dim %lld\n", (long long)c.n_head, (long long)c.n_kv_head,
-                c.n_kv_head == c.n_head ? "MHA" : c.n_kv_head == 1 ? "MQA" : "GQA", (long long)c.head_dim);
-    std::printf("feed-forward    %lld\n", (long long)c.n_ff);
-    std::printf("vocab           %lld\n", (long long)c.n_vocab);
-    std::printf("context         %lld (trained)\n", (long long)c.n_ctx_train);
-    std::printf("rope            %s, %lld dims, base %g, scale %g\n",
-                c.rope.style == kernels::RopeStyle::kAdjacentPairs ? "adjacent pairs" : "neox halves",
-                (long long)c.rope.rot_dim, c.rope.freq_base, c.rope.freq_scale);
-    std::printf("rms eps         %g\n", c.rms_eps);
-    std::printf("KV bytes/token  %lld (f32), %lld (f16)  = 2 x %lld layers x %lld kv heads x %lld dims x dtype\n",
-                (long long)c.kv_bytes_per_token(4), (long long)c.kv_bytes_per_token(2), (long long)c.n_layer,
-                (long long)c.n_kv_head, (long long)c.head_dim);
+    print_config(*config);
   } else if (!f.tensors().empty()) {
     std::printf("model           not runnable: %s\n", config.status().message().c_str());
   }
@@ -94,7 +132,7 @@ void register_info(CLI::App& app, int& exit_code) {
   auto tok = std::make_shared<std::string>();
   auto all = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("info", "describe a model file");
-  cmd->add_option("model", *path, "GGUF file or llama2.c checkpoint (default: the built-in model)");
+  cmd->add_option("model", *path, "GGUF file, llama2.c checkpoint or Hugging Face folder (default: the built-in model)");
   cmd->add_option("--tokenizer", *tok, "tokenizer.bin for a llama2.c checkpoint");
   cmd->add_flag("-a,--all", *all, "list every metadata key and tensor");
   cmd->callback([=, &exit_code] { exit_code = info(*path, *tok, *all); });

@@ -36,6 +36,7 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& options);
 struct LoadedEngine {
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<model::Tokenizer> tokenizer;
+  std::string chat_template;  // "" if the model has none
 };
 Result<LoadedEngine> load_engine(const EngineOptions& options, const Clock& clock, const Logger& logger);
 

@@ -9,7 +9,8 @@
 namespace pagoda::tools {
 
 void add_engine_options(CLI::App& app, EngineOptions& o) {
-  app.add_option("-m,--model", o.model_path, "GGUF file or llama2.c checkpoint (default: the built-in model)");
+  app.add_option("-m,--model", o.model_path,
+                 "GGUF file, llama2.c checkpoint or Hugging Face folder (default: the built-in model)");
   app.add_option("--tokenizer", o.tokenizer_path, "tokenizer.bin for a llama2.c checkpoint");
   app.add_option("-t,--threads", o.threads, "compute threads (default: all cores)");
   app.add_option("--kv-cache-mem", o.kv_cache_mem, "KV cache budget, e.g. 512M, 2G (default: 4 contexts, at most 2 GiB)");
@@ -70,20 +71,16 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
 
 Result<LoadedEngine> load_engine(const EngineOptions& o, const Clock& clock, const Logger& logger) {
   PAGODA_ASSIGN_OR_RETURN(engine::EngineConfig config, engine_config_from(o));
-  PAGODA_ASSIGN_OR_RETURN(model::GgufFile file, load_model_file(o.model_path, o.tokenizer_path));
+  PAGODA_ASSIGN_OR_RETURN(LoadedModel source, load_model(o.model_path, o.tokenizer_path));
   LoadedEngine loaded;
-  {
-    PAGODA_ASSIGN_OR_RETURN(model::Tokenizer tokenizer, tokenizer_from_file(file));
-    loaded.tokenizer = std::make_unique<model::Tokenizer>(std::move(tokenizer));
-  }
+  loaded.tokenizer = std::move(source.tokenizer);
+  loaded.chat_template = std::move(source.chat_template);
   const std::string name = o.model_path.empty() ? std::string("built-in default model") : o.model_path;
-  auto model = model::LlamaModel::load(std::move(file));
-  if (!model.is_ok()) return model.status().with_context(name);
-  const model::ModelConfig& mc = model.value()->config();
+  const model::ModelConfig& mc = source.model->config();
   logger.info(name + ": " + mc.arch_name + ", " + std::to_string(mc.n_layer) + " layers, width " +
               std::to_string(mc.n_embd) + ", heads " + std::to_string(mc.n_head) + "/" + std::to_string(mc.n_kv_head) +
-              ", vocab " + std::to_string(mc.n_vocab) + ", weights " + kvcache::format_bytes(model.value()->weight_bytes()));
-  PAGODA_ASSIGN_OR_RETURN(loaded.engine, engine::Engine::create(std::move(model).value(), config, clock, logger));
+              ", vocab " + std::to_string(mc.n_vocab) + ", weights " + kvcache::format_bytes(source.model->weight_bytes()));
+  PAGODA_ASSIGN_OR_RETURN(loaded.engine, engine::Engine::create(std::move(source.model), config, clock, logger));
   return loaded;
 }
 

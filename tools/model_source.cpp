@@ -5,6 +5,8 @@
 #include <fstream>
 
 #include "model/gguf_vocab.h"
+#include "model/hf_checkpoint.h"
+#include "model/hf_tokenizer.h"
 #include "model/llama2c.h"
 #include "model/model_factory.h"
 
@@ -24,7 +26,10 @@ Result<model::GgufFile> load_model_file(const std::string& path, const std::stri
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return Status::error(path + ": no such file");
   if (std::filesystem::is_directory(path, ec)) {
-    return Status::error(path + ": is a directory (Hugging Face folders are not supported yet; pass a .gguf file)");
+    if (model::is_hf_model_dir(path)) {
+      return Status::invalid_argument(path + ": is a Hugging Face folder; this command reads only GGUF and llama2.c files");
+    }
+    return Status::error(path + ": is a directory without config.json (neither a Hugging Face model folder nor a model file)");
   }
   if (starts_with_gguf_magic(path)) return model::GgufFile::read(path);
   std::string tok = tokenizer_path;
@@ -46,6 +51,54 @@ Result<model::GgufFile> load_model_file(const std::string& path, const std::stri
 Result<model::Tokenizer> tokenizer_from_file(const model::GgufFile& file) {
   PAGODA_ASSIGN_OR_RETURN(model::Vocab vocab, model::vocab_from_gguf(file));
   return model::Tokenizer::create(std::move(vocab));
+}
+
+Result<model::HfTokenizer> tokenizer_from_hf_folder(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json", ec)) {
+    return Status::not_found(dir + ": no tokenizer.json (a Hugging Face model folder needs tokenizer.json and "
+                             "tokenizer_config.json beside config.json)");
+  }
+  return model::load_hf_tokenizer(dir);
+}
+
+Result<LoadedModel> load_model(const std::string& path, const std::string& tokenizer_path) {
+  LoadedModel loaded;
+  const std::string name = path.empty() ? std::string("built-in default model") : path;
+  if (model::is_hf_model_dir(path)) {
+    PAGODA_ASSIGN_OR_RETURN(model::HfCheckpoint checkpoint, model::HfCheckpoint::open(path));
+    PAGODA_ASSIGN_OR_RETURN(loaded.model, model::LlamaModel::load(std::move(checkpoint)));
+    PAGODA_ASSIGN_OR_RETURN(model::HfTokenizer hf, tokenizer_from_hf_folder(path));
+    loaded.tokenizer = std::make_unique<model::Tokenizer>(std::move(hf.tokenizer));
+    loaded.chat_template = std::move(hf.chat_template);
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(model::GgufFile file, load_model_file(path, tokenizer_path));
+    PAGODA_ASSIGN_OR_RETURN(model::Tokenizer tokenizer, tokenizer_from_file(file));
+    loaded.tokenizer = std::make_unique<model::Tokenizer>(std::move(tokenizer));
+    loaded.chat_template = file.get_string("tokenizer.chat_template").value_or("");
+    auto model = model::LlamaModel::load(std::move(file));
+    if (!model.is_ok()) return model.status().with_context(name);
+    loaded.model = std::move(model).value();
+  }
+  const int64_t n_vocab = loaded.model->config().n_vocab;
+  if (loaded.tokenizer->vocab_size() < n_vocab) {
+    // Embedding rows past the tokenizer (Qwen: 151669 tokens, 151936 rows) become unused
+    // tokens that decode to nothing, so a sampled padding id is text "", not an abort.
+    model::Vocab vocab = loaded.tokenizer->vocab();
+    for (int64_t id = static_cast<int64_t>(vocab.tokens.size()); id < n_vocab; ++id) {
+      vocab.tokens.push_back("<pagoda_unused_" + std::to_string(id) + ">");
+      vocab.types.push_back(model::TokenType::kUnused);
+      vocab.scores.push_back(0.0f);
+    }
+    PAGODA_ASSIGN_OR_RETURN(model::Tokenizer padded, model::Tokenizer::create(std::move(vocab)));
+    loaded.tokenizer = std::make_unique<model::Tokenizer>(std::move(padded));
+  }
+  if (loaded.tokenizer->vocab_size() > n_vocab) {
+    return Status::invalid_argument(name + ": the tokenizer has " + std::to_string(loaded.tokenizer->vocab_size()) +
+                                    " tokens, more than the model's vocabulary of " +
+                                    std::to_string(n_vocab));
+  }
+  return loaded;
 }
 
 }  // namespace pagoda::tools

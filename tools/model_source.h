@@ -1,5 +1,6 @@
 // Where a command's model comes from: a GGUF file, a llama2.c checkpoint (+ tokenizer.bin),
-// or, with no path, the built-in default model. Composition-root code (tools/ only).
+// a Hugging Face folder (config.json + safetensors + tokenizer.json), or, with no path, the
+// built-in default model. Composition-root code (tools/ only).
 #pragma once
 
 #include <memory>
@@ -7,15 +8,32 @@
 
 #include "core/status.h"
 #include "model/gguf.h"
+#include "model/hf_tokenizer.h"
+#include "model/llama_model.h"
 #include "model/tokenizer.h"
 
 namespace pagoda::tools {
 
 // path "": the default model. A file not starting with "GGUF" is read as llama2.c, whose
-// tokenizer is `tokenizer_path`, or tokenizer.bin / tok512.bin beside it.
+// tokenizer is `tokenizer_path`, or tokenizer.bin / tok512.bin beside it. A folder is an
+// error here (see load_model).
 Result<model::GgufFile> load_model_file(const std::string& path, const std::string& tokenizer_path);
 
 // Tokenizer from a model file's metadata.
 Result<model::Tokenizer> tokenizer_from_file(const model::GgufFile& file);
+
+// Tokenizer (with bos/eos, add_bos and the chat template) of a Hugging Face folder:
+// tokenizer.json + tokenizer_config.json (model/hf_tokenizer.h).
+Result<model::HfTokenizer> tokenizer_from_hf_folder(const std::string& dir);
+
+struct LoadedModel {
+  std::unique_ptr<model::LlamaModel> model;
+  std::unique_ptr<model::Tokenizer> tokenizer;  // its vocab() holds bos/eos ids and add_bos
+  std::string chat_template;  // tokenizer_config.json or GGUF tokenizer.chat_template; "" if none
+};
+
+// Weights and tokenizer of any model source; a folder holding config.json is a Hugging Face
+// folder. Errors name the path.
+Result<LoadedModel> load_model(const std::string& path, const std::string& tokenizer_path);
 
 }  // namespace pagoda::tools

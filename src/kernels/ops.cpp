@@ -17,16 +17,23 @@ void rmsnorm(const float* x, const float* weight, float* out, int64_t n_tokens, 
   }
 }
 
+double rope_inv_freq(const RopeParams& params, int64_t i) {
+  double f = params.freq_scale * std::pow(static_cast<double>(params.freq_base), -2.0 * i / params.rot_dim);
+  if (!params.freq_factors.empty()) f /= params.freq_factors[i];
+  return f;
+}
+
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, const RopeParams& params) {
   const int64_t hd = params.head_dim;
   const int64_t rot = params.rot_dim;
   CHECK(rot > 0 && rot <= hd && rot % 2 == 0) << "rot_dim " << rot << " head_dim " << hd;
   const int64_t half = rot / 2;
+  CHECK(params.freq_factors.empty() || static_cast<int64_t>(params.freq_factors.size()) == half)
+      << params.freq_factors.size() << " rope freq factors for " << half << " pairs";
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const double pos = static_cast<double>(positions[t]) * params.freq_scale;
+    const double pos = static_cast<double>(positions[t]);
     for (int64_t i = 0; i < half; ++i) {
-      const double freq = std::pow(static_cast<double>(params.freq_base), -2.0 * i / rot);
-      const double angle = pos * freq;
+      const double angle = pos * rope_inv_freq(params, i);
       const float c = static_cast<float>(std::cos(angle));
       const float s = static_cast<float>(std::sin(angle));
       for (int64_t h = 0; h < n_heads; ++h) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace pagoda::kernels {
 
@@ -21,10 +22,16 @@ struct RopeParams {
   int64_t rot_dim = 0;        // dims rotated per head (<= head_dim), the rest pass through
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;    // linear position scaling (1 = none)
+  // [rot_dim / 2] or empty: pair i's frequency is divided by freq_factors[i] (llama.cpp's
+  // rope_freqs tensor; Llama 3 rope scaling).
+  std::vector<float> freq_factors;
 };
 
+// Inverse frequency of pair i: freq_scale * freq_base^(-2i / rot_dim) / freq_factors[i].
+double rope_inv_freq(const RopeParams& params, int64_t i);
+
 // Rotates x in place. x: [n_tokens, n_heads, head_dim]; positions: [n_tokens].
-// Angle for pair i at position p: p * freq_scale * freq_base^(-2i / rot_dim).
+// Angle for pair i at position p: p * rope_inv_freq(params, i).
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, const RopeParams& params);
 
 // gate[i] = silu(gate[i]) * up[i] over n values (in place in gate).

@@ -10,10 +10,19 @@ namespace pagoda::model {
 
 namespace {
 
-Result<const GgufTensorInfo*> find_tensor(const GgufFile& file, const std::string& name,
-                                          std::vector<int64_t> dims) {
-  const GgufTensorInfo* t = file.find_tensor(name);
-  if (t == nullptr) return Status::error("missing tensor '" + name + "'");
+// Every tensor of a GGUF file under its own name.
+TensorTable tensor_table_from_gguf(const GgufFile& file) {
+  TensorTable table;
+  for (const GgufTensorInfo& t : file.tensors()) {
+    table[t.name] = TensorRef{t.dims, t.dtype, ggml_type_name(t.ggml_type), file.tensor_data(t)};
+  }
+  return table;
+}
+
+Result<const TensorRef*> find_tensor(const TensorTable& tensors, const std::string& name, std::vector<int64_t> dims) {
+  auto it = tensors.find(name);
+  if (it == tensors.end()) return Status::error("missing tensor '" + name + "'");
+  const TensorRef* t = &it->second;
   if (t->dims != dims) {
     std::string want, got;
     for (auto d : dims) want += (want.empty() ? "" : " x ") + std::to_string(d);
@@ -21,34 +30,33 @@ Result<const GgufTensorInfo*> find_tensor(const GgufFile& file, const std::strin
     return Status::error("tensor '" + name + "' has shape [" + got + "], expected [" + want + "]");
   }
   if (!t->dtype.has_value()) {
-    return Status::error("tensor '" + name + "' has type " + ggml_type_name(t->ggml_type) +
-                         ", which Pagoda cannot compute with (supported: f32, f16, bf16, q8_0, q4_0)");
+    return Status::error("tensor '" + name + "' has type " + t->type_name +
+                         ", which Pagoda cannot compute with (supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)");
   }
   return t;
 }
 
-Result<kernels::WeightView> bind_matrix(const GgufFile& file, const std::string& name, int64_t n_out,
-                                        int64_t n_in) {
-  PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_tensor(file, name, {n_in, n_out}));
+Result<kernels::WeightView> bind_matrix(const TensorTable& tensors, const std::string& name, int64_t n_out, int64_t n_in) {
+  PAGODA_ASSIGN_OR_RETURN(const TensorRef* t, find_tensor(tensors, name, {n_in, n_out}));
   if (n_in % dtype_info(*t->dtype).block_elems != 0) {
     return Status::error("tensor '" + name + "': row of " + std::to_string(n_in) + " is not a whole number of " +
                          std::string(dtype_name(*t->dtype)) + " blocks");
   }
   kernels::WeightView w;
-  w.data = file.tensor_data(*t);
+  w.data = t->data;
   w.dtype = *t->dtype;
   w.n_out = n_out;
   w.n_in = n_in;
   return w;
 }
 
-Result<std::vector<float>> load_vector(const GgufFile& file, const std::string& name, int64_t n) {
-  PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_tensor(file, name, {n}));
+Result<std::vector<float>> load_vector(const TensorTable& tensors, const std::string& name, int64_t n) {
+  PAGODA_ASSIGN_OR_RETURN(const TensorRef* t, find_tensor(tensors, name, {n}));
   if (dtype_info(*t->dtype).block_elems != 1) {
     return Status::error("tensor '" + name + "' must be f32, f16 or bf16");
   }
   std::vector<float> out(n);
-  kernels::dequantize_row(*t->dtype, file.tensor_data(*t), out.data(), n);
+  kernels::dequantize_row(*t->dtype, t->data, out.data(), n);
   return out;
 }
 
@@ -57,15 +65,23 @@ Result<std::vector<float>> load_vector(const GgufFile& file, const std::string& 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(GgufFile file) {
   PAGODA_ASSIGN_OR_RETURN(ModelConfig config, config_from_gguf(file));
   std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(file), std::move(config)));
-  PAGODA_RETURN_IF_ERROR(model->bind());
+  PAGODA_RETURN_IF_ERROR(model->bind(tensor_table_from_gguf(model->file_)));
   return model;
 }
 
-Status LlamaModel::bind() {
+Result<std::unique_ptr<LlamaModel>> LlamaModel::load(HfCheckpoint checkpoint) {
+  ModelConfig config = checkpoint.config().model;
+  std::unique_ptr<LlamaModel> model(new LlamaModel(checkpoint.metadata(), std::move(config)));
+  model->checkpoint_ = std::make_unique<HfCheckpoint>(std::move(checkpoint));
+  Status bound = model->bind(model->checkpoint_->tensors());
+  if (!bound.is_ok()) return bound.with_context(model->checkpoint_->dir());
+  return model;
+}
+
+Status LlamaModel::bind(const TensorTable& f) {
   const ModelConfig& c = config_;
-  const GgufFile& f = file_;
   PAGODA_ASSIGN_OR_RETURN(token_embd_, bind_matrix(f, "token_embd.weight", c.n_vocab, c.n_embd));
-  if (f.find_tensor("output.weight") != nullptr) {
+  if (f.contains("output.weight")) {
     PAGODA_ASSIGN_OR_RETURN(output_, bind_matrix(f, "output.weight", c.n_vocab, c.n_embd));
   } else {
     output_ = token_embd_;  // tied classifier
@@ -89,6 +105,10 @@ Status LlamaModel::bind() {
       PAGODA_ASSIGN_OR_RETURN(w.bk, load_vector(f, p + "attn_k.bias", c.kv_dim()));
       PAGODA_ASSIGN_OR_RETURN(w.bv, load_vector(f, p + "attn_v.bias", c.kv_dim()));
     }
+    if (c.has_qk_norm) {
+      PAGODA_ASSIGN_OR_RETURN(w.q_norm, load_vector(f, p + "attn_q_norm.weight", c.head_dim));
+      PAGODA_ASSIGN_OR_RETURN(w.k_norm, load_vector(f, p + "attn_k_norm.weight", c.head_dim));
+    }
   }
   return Status::ok();
 }
@@ -98,7 +118,7 @@ int64_t LlamaModel::weight_bytes() const {
   auto add = [&](const kernels::WeightView& w) { bytes += static_cast<int64_t>(w.row_bytes()) * w.n_out; };
   for (const LayerWeights& w : layers_) {
     for (const auto* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) add(*m);
-    bytes += static_cast<int64_t>(w.attn_norm.size() + w.ffn_norm.size()) * 4;
+    bytes += static_cast<int64_t>(w.attn_norm.size() + w.ffn_norm.size() + w.q_norm.size() + w.k_norm.size()) * 4;
   }
   add(output_);
   return bytes;
@@ -160,6 +180,10 @@ void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerVi
     add_bias(q_.data(), w.bq);
     add_bias(k_.data(), w.bk);
     add_bias(v_.data(), w.bv);
+    if (!w.q_norm.empty()) {  // qwen3: each head normed on its own, in place
+      kernels::rmsnorm(q_.data(), w.q_norm.data(), q_.data(), T * c.n_head, c.head_dim, c.rms_eps);
+      kernels::rmsnorm(k_.data(), w.k_norm.data(), k_.data(), T * c.n_kv_head, c.head_dim, c.rms_eps);
+    }
     kernels::rope(q_.data(), batch.positions.data(), T, c.n_head, c.rope);
     kernels::rope(k_.data(), batch.positions.data(), T, c.n_kv_head, c.rope);
     kernels::store_kv(kv_layers[l], k_.data(), v_.data(), batch.slot_mapping.data(), T);

@@ -1,8 +1,10 @@
-// LlamaModel: the weights of a Llama-family decoder (llama, qwen2) bound from a GgufFile it
-// owns, and ForwardPass: the scratch and the forward pass over a paged KV cache.
+// LlamaModel: the weights of a Llama-family decoder (llama, qwen2, qwen3) bound from a
+// GgufFile or a Hugging Face folder (HfCheckpoint) it owns, and ForwardPass: the scratch and
+// the forward pass over a paged KV cache.
 //
 //   x = embed(tokens)                                              [T, n_embd]
-//   per layer: h = rmsnorm(x); q,k,v = h Wq, h Wk, h Wv (+ bias); rope(q, k)
+//   per layer: h = rmsnorm(x); q,k,v = h Wq, h Wk, h Wv (+ bias)
+//              (qwen3: q, k = rmsnorm of each head); rope(q, k)
 //              store k, v at the batch's slots; a = paged_attention(q); x += a Wo
 //              h = rmsnorm(x); x += (silu(h Wgate) * (h Wup)) Wdown
 //   logits = rmsnorm(x[logit_rows]) Woutput                         [R, n_vocab]
@@ -17,7 +19,9 @@
 #include "kernels/matmul.h"
 #include "model/batch.h"
 #include "model/gguf.h"
+#include "model/hf_checkpoint.h"
 #include "model/model_config.h"
+#include "model/tensor_table.h"
 
 namespace pagoda::model {
 
@@ -32,14 +36,19 @@ struct LayerWeights {
   kernels::WeightView w_up;       // [n_ff, n_embd]
   kernels::WeightView w_down;     // [n_embd, n_ff]
   std::vector<float> bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim] (qwen2), else empty
+  std::vector<float> q_norm, k_norm;  // [head_dim] each (qwen3), else empty
 };
 
 class LlamaModel {
  public:
   // Takes ownership of the file (its tensor memory backs the weights).
   static Result<std::unique_ptr<LlamaModel>> load(GgufFile file);
+  // Takes ownership of the folder's mapped safetensors (weights are used in place).
+  static Result<std::unique_ptr<LlamaModel>> load(HfCheckpoint checkpoint);
 
   const ModelConfig& config() const { return config_; }
+  // The GGUF file; for a Hugging Face folder, its config as GGUF metadata and no tensors
+  // (HfCheckpoint::metadata()).
   const GgufFile& file() const { return file_; }
   const kernels::WeightView& token_embedding() const { return token_embd_; }  // [n_vocab, n_embd]
   const kernels::WeightView& output() const { return output_; }               // [n_vocab, n_embd]
@@ -49,8 +58,9 @@ class LlamaModel {
 
  private:
   LlamaModel(GgufFile file, ModelConfig config) : file_(std::move(file)), config_(std::move(config)) {}
-  Status bind();
+  Status bind(const TensorTable& tensors);
   GgufFile file_;
+  std::unique_ptr<HfCheckpoint> checkpoint_;  // set when loaded from a Hugging Face folder
   ModelConfig config_;
   kernels::WeightView token_embd_;
   kernels::WeightView output_;

@@ -1,5 +1,9 @@
 #include "model/model_config.h"
 
+#include <cmath>
+#include <numbers>
+
+#include "kernels/quant.h"
 #include "model/gguf.h"
 
 namespace pagoda::model {
@@ -12,7 +16,81 @@ Result<int64_t> require_int(const GgufFile& file, const std::string& key) {
   return *v;
 }
 
+// rope_freqs.weight (llama.cpp's Llama 3 scaling): [rot_dim / 2] frequency divisors.
+Result<std::vector<float>> read_rope_freqs(const GgufFile& file, int64_t rot_dim) {
+  const GgufTensorInfo* t = file.find_tensor("rope_freqs.weight");
+  if (t == nullptr) return std::vector<float>{};
+  if (t->dims != std::vector<int64_t>{rot_dim / 2} || !t->dtype.has_value() || dtype_info(*t->dtype).block_elems != 1) {
+    return Status::error("tensor 'rope_freqs.weight' must be an f32/f16/bf16 vector of rope.dimension_count / 2 = " +
+                         std::to_string(rot_dim / 2) + " values");
+  }
+  std::vector<float> factors(rot_dim / 2);
+  if (file.tensor_data(*t) == nullptr) return factors;  // header-only read: shape checked, values unknown
+  kernels::dequantize_row(*t->dtype, file.tensor_data(*t), factors.data(), rot_dim / 2);
+  for (float f : factors) {
+    if (!(f > 0) || !std::isfinite(f)) return Status::error("tensor 'rope_freqs.weight' holds a value that is not positive");
+  }
+  return factors;
+}
+
 }  // namespace
+
+Status validate_config(const ModelConfig& c) {
+  if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.n_kv_head <= 0 || c.n_ff <= 0 ||
+      c.n_embd > (1 << 20) || c.n_layer > 4096 || c.n_head > 4096 || c.n_ff > (1 << 22)) {
+    return Status::error("implausible hyperparameters (embedding " + std::to_string(c.n_embd) +
+                         ", layers " + std::to_string(c.n_layer) + ", heads " + std::to_string(c.n_head) +
+                         "/" + std::to_string(c.n_kv_head) + ", ff " + std::to_string(c.n_ff) + ")");
+  }
+  if (c.n_head % c.n_kv_head != 0) {
+    return Status::error("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " +
+                         std::to_string(c.n_kv_head));
+  }
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0 || c.head_dim > 4096) {
+    return Status::error("bad head dimension " + std::to_string(c.head_dim));
+  }
+  if (c.rope.head_dim != c.head_dim || c.rope.rot_dim <= 0 || c.rope.rot_dim > c.head_dim || c.rope.rot_dim % 2 != 0) {
+    return Status::error("bad rope dimension count " + std::to_string(c.rope.rot_dim));
+  }
+  if (!(c.rope.freq_base > 0) || !std::isfinite(c.rope.freq_base)) return Status::error("bad rope frequency base");
+  if (!(c.rope.freq_scale > 0) || !std::isfinite(c.rope.freq_scale)) return Status::error("bad rope scaling factor");
+  if (!c.rope.freq_factors.empty() && static_cast<int64_t>(c.rope.freq_factors.size()) != c.rope.rot_dim / 2) {
+    return Status::error("rope frequency factors do not match the rope dimension count");
+  }
+  if (!(c.rms_eps > 0) || !std::isfinite(c.rms_eps)) return Status::error("bad rms norm epsilon");
+  if (c.sliding_window < 0) return Status::error("negative sliding window");
+  if (c.n_vocab <= 0) return Status::error("cannot tell the vocabulary size");
+  if (c.n_vocab > (int64_t{1} << 24)) return Status::error("bad vocabulary size " + std::to_string(c.n_vocab));
+  if (c.n_ctx_train <= 0) return Status::error("bad context length " + std::to_string(c.n_ctx_train));
+  return Status::ok();
+}
+
+Result<std::vector<float>> llama3_freq_factors(const Llama3RopeScaling& s, double freq_base, int64_t rot_dim) {
+  if (!(s.factor > 0) || !(s.low_freq_factor > 0) || !(s.high_freq_factor > s.low_freq_factor) ||
+      !(s.original_context > 0) || !std::isfinite(s.factor) || !std::isfinite(s.high_freq_factor) ||
+      !std::isfinite(s.original_context)) {
+    return Status::error("bad llama3 rope_scaling: needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                         "original_max_position_embeddings > 0");
+  }
+  const double low_wavelen = s.original_context / s.low_freq_factor;    // longer: fully scaled
+  const double high_wavelen = s.original_context / s.high_freq_factor;  // shorter: kept
+  std::vector<float> factors(rot_dim / 2);
+  for (int64_t i = 0; i < rot_dim / 2; ++i) {
+    const double inv_freq = std::pow(freq_base, -2.0 * i / rot_dim);
+    const double wavelen = 2 * std::numbers::pi / inv_freq;
+    double scaled;  // new inverse frequency / old
+    if (wavelen < high_wavelen) {
+      scaled = 1.0;
+    } else if (wavelen > low_wavelen) {
+      scaled = 1.0 / s.factor;
+    } else {
+      const double smooth = (s.original_context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      scaled = (1 - smooth) / s.factor + smooth;
+    }
+    factors[i] = static_cast<float>(1.0 / scaled);
+  }
+  return factors;
+}
 
 Result<ModelConfig> config_from_gguf(const GgufFile& file) {
   ModelConfig c;
@@ -26,8 +104,12 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file) {
     c.arch = Arch::kQwen2;
     c.rope.style = kernels::RopeStyle::kNeoxHalves;
     c.has_qkv_bias = true;
+  } else if (c.arch_name == "qwen3") {
+    c.arch = Arch::kQwen3;
+    c.rope.style = kernels::RopeStyle::kNeoxHalves;
+    c.has_qk_norm = true;
   } else {
-    return Status::error("unsupported architecture '" + c.arch_name + "' (supported: llama, qwen2)");
+    return Status::error("unsupported architecture '" + c.arch_name + "' (supported: llama, qwen2, qwen3)");
   }
   c.name = file.get_string("general.name").value_or("");
   const std::string p = c.arch_name + ".";
@@ -40,20 +122,12 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file) {
   c.sliding_window = file.get_int(p + "attention.sliding_window").value_or(0);
   if (c.sliding_window < 0) return Status::error("negative attention.sliding_window");
   c.rms_eps = static_cast<float>(file.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
-  if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.n_kv_head <= 0 || c.n_ff <= 0 ||
-      c.n_embd > (1 << 20) || c.n_layer > 4096 || c.n_head > 4096 || c.n_ff > (1 << 22)) {
-    return Status::error("implausible hyperparameters (embedding " + std::to_string(c.n_embd) +
-                         ", layers " + std::to_string(c.n_layer) + ", heads " + std::to_string(c.n_head) +
-                         "/" + std::to_string(c.n_kv_head) + ", ff " + std::to_string(c.n_ff) + ")");
+  if (c.n_head > 0 && !file.get_int(p + "attention.key_length") && c.n_embd % c.n_head != 0) {
+    return Status::error("embedding_length " + std::to_string(c.n_embd) + " is not a multiple of head_count " +
+                         std::to_string(c.n_head) + " and attention.key_length is absent");
   }
-  if (c.n_head % c.n_kv_head != 0) {
-    return Status::error("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " +
-                         std::to_string(c.n_kv_head));
-  }
-  c.head_dim = file.get_int(p + "attention.key_length").value_or(c.n_embd / c.n_head);
-  if (c.head_dim <= 0 || c.head_dim % 2 != 0 || (!file.get_int(p + "attention.key_length") && c.n_embd % c.n_head != 0)) {
-    return Status::error("bad head dimension " + std::to_string(c.head_dim));
-  }
+  c.head_dim = file.get_int(p + "attention.key_length").value_or(c.n_head > 0 ? c.n_embd / c.n_head : 0);
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0) return Status::error("bad head dimension " + std::to_string(c.head_dim));
   c.rope.head_dim = c.head_dim;
   c.rope.rot_dim = file.get_int(p + "rope.dimension_count").value_or(c.head_dim);
   if (c.rope.rot_dim <= 0 || c.rope.rot_dim > c.head_dim || c.rope.rot_dim % 2 != 0) {
@@ -68,6 +142,7 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file) {
   } else if (scaling.has_value() && *scaling != "none") {
     return Status::error("unsupported rope scaling type '" + *scaling + "'");
   }
+  PAGODA_ASSIGN_OR_RETURN(c.rope.freq_factors, read_rope_freqs(file, c.rope.rot_dim));
   if (auto v = file.get_int(p + "vocab_size")) c.n_vocab = *v;
   if (const auto* tokens = file.get_string_array("tokenizer.ggml.tokens"); tokens && c.n_vocab == 0) {
     c.n_vocab = static_cast<int64_t>(tokens->size());
@@ -75,7 +150,7 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file) {
   if (const auto* emb = file.find_tensor("token_embd.weight"); emb && emb->dims.size() == 2) {
     c.n_vocab = emb->dims[1];
   }
-  if (c.n_vocab <= 0) return Status::error("cannot tell the vocabulary size");
+  PAGODA_RETURN_IF_ERROR(validate_config(c));
   return c;
 }
 

@@ -1,9 +1,11 @@
 // ModelConfig: the hyperparameters of a decoder-only transformer, read from GGUF metadata
-// ("{arch}.embedding_length" etc.) and validated once.
+// ("{arch}.embedding_length" etc.) or a Hugging Face config.json (model/hf_config.h) and
+// validated once (validate_config).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "kernels/ops.h"
@@ -12,11 +14,11 @@ namespace pagoda::model {
 
 class GgufFile;
 
-enum class Arch { kLlama, kQwen2 };
+enum class Arch { kLlama, kQwen2, kQwen3 };
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
-  std::string arch_name;     // "llama", "qwen2"
+  std::string arch_name;     // "llama", "qwen2", "qwen3"
   std::string name;          // general.name, if any
   int64_t n_embd = 0;        // model width
   int64_t n_layer = 0;
@@ -29,6 +31,7 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   kernels::RopeParams rope;  // style, head_dim, rot_dim, freq_base, freq_scale
   bool has_qkv_bias = false;
+  bool has_qk_norm = false;  // qwen3: RMSNorm over each q and k head (weights [head_dim]) before RoPE
   // {arch}.attention.sliding_window; 0 if absent. > 0: every layer attends only to the last
   // sliding_window positions (position p sees t with p - t < sliding_window).
   int64_t sliding_window = 0;
@@ -40,6 +43,24 @@ struct ModelConfig {
 };
 
 // Reads and validates the hyperparameters; the error names the missing or bad key.
+// A tensor rope_freqs.weight ([rot_dim / 2] f32) becomes rope.freq_factors.
 Result<ModelConfig> config_from_gguf(const GgufFile& file);
+
+// Checks counts, head geometry and RoPE of a filled config (both readers end with it).
+Status validate_config(const ModelConfig& config);
+
+// Llama 3 rope scaling ("rope_type": "llama3") as per-pair frequency divisors [rot_dim / 2]
+// for RopeParams::freq_factors. With wavelength w_i = 2 pi / (base^(-2i / rot_dim)),
+// low = original_context / low_freq_factor and high = original_context / high_freq_factor:
+// w_i < high: 1 (kept); w_i > low: factor; otherwise the inverse frequency is blended,
+// (1 - s) / factor + s with s = (original_context / w_i - low_freq_factor) /
+// (high_freq_factor - low_freq_factor), and the divisor is its reciprocal.
+struct Llama3RopeScaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  double original_context = 8192;
+};
+Result<std::vector<float>> llama3_freq_factors(const Llama3RopeScaling& scaling, double freq_base, int64_t rot_dim);
 
 }  // namespace pagoda::model

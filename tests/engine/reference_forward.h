@@ -1,6 +1,7 @@
-// A float64 forward pass of llama/qwen2 models with plain loops and a contiguous KV cache (the
-// reference of forward_reference_test and engine_window_test), with sliding-window masks and
-// StreamingLLM cache eviction.
+// A float64 forward pass of llama/qwen2/qwen3 models with plain loops and a contiguous KV cache
+// (the reference of forward_reference_test, engine_window_test and hf_forward_test), with
+// sliding-window masks, StreamingLLM cache eviction, qwen3 q/k norms and any RoPE inverse
+// frequencies (rope scaling).
 #pragma once
 
 #include <cmath>
@@ -47,11 +48,13 @@ inline std::vector<double> rmsnorm(const std::vector<double>& x, const Matrix& w
   return y;
 }
 
-// neox: rotate (i, i + hd/2) (qwen2); else adjacent pairs (2i, 2i+1) (llama).
-inline void rope(std::vector<double>& v, int64_t n_heads, int64_t hd, int64_t pos, double base, bool neox) {
+// neox: rotate (i, i + hd/2) (qwen2); else adjacent pairs (2i, 2i+1) (llama). inv_freq:
+// [hd / 2] inverse frequencies, or empty for base^(-2i / hd).
+inline void rope(std::vector<double>& v, int64_t n_heads, int64_t hd, int64_t pos, double base, bool neox,
+                 const std::vector<double>& inv_freq = {}) {
   for (int64_t h = 0; h < n_heads; ++h) {
     for (int64_t i = 0; i < hd / 2; ++i) {
-      const double angle = pos * std::pow(base, -2.0 * i / hd);
+      const double angle = pos * (inv_freq.empty() ? std::pow(base, -2.0 * i / hd) : inv_freq[i]);
       double& a = v[h * hd + (neox ? i : 2 * i)];
       double& b = v[h * hd + (neox ? i + hd / 2 : 2 * i + 1)];
       const double x0 = a, x1 = b;
@@ -67,20 +70,35 @@ struct Streaming {
   int64_t sinks = 0, window = 0, block_size = 0;  // window 0: off
 };
 
-// Logits [n_tokens, n_vocab] of a llama or qwen2 model, all in double. The cache keeps K before
-// RoPE and rotates it at its cache index when attending (equal to the token position unless
-// streaming drops entries); shape.sliding_window masks index distances >= the window.
+// Per-head RMSNorm (qwen3 q/k norms): v [n_heads * hd], w [hd].
+inline void head_rmsnorm(std::vector<double>& v, const Matrix& w, int64_t hd, double eps) {
+  for (size_t h = 0; h < v.size() / hd; ++h) {
+    const std::vector<double> head(v.begin() + h * hd, v.begin() + (h + 1) * hd);
+    const std::vector<double> normed = rmsnorm(head, w, eps);
+    std::copy(normed.begin(), normed.end(), v.begin() + h * hd);
+  }
+}
+
+// Logits [n_tokens, n_vocab] of a llama, qwen2 or qwen3 model, all in double. The cache keeps K
+// before RoPE and rotates it at its cache index when attending (equal to the token position
+// unless streaming drops entries); shape.sliding_window masks index distances >= the window.
+// The head dim is {arch}.attention.key_length when present. inv_freq: RoPE inverse
+// frequencies [hd / 2] (scaled rope), or empty for 10000^(-2i / hd). neox: NeoX pairs even
+// for llama (a Hugging Face folder's weights).
 inline std::vector<double> reference_logits(const model::GgufFile& f, const model::ModelShape& s,
-                                            const std::vector<int32_t>& tokens, const Streaming& stream = {}) {
-  const int64_t hd = s.n_embd / s.n_head, kv_dim = s.n_kv_head * hd, group = s.n_head / s.n_kv_head;
+                                            const std::vector<int32_t>& tokens, const Streaming& stream = {},
+                                            const std::vector<double>& inv_freq = {}, bool force_neox = false) {
+  const int64_t hd = f.get_int(s.arch + ".attention.key_length").value_or(s.n_embd / s.n_head);
+  const int64_t q_dim = s.n_head * hd, kv_dim = s.n_kv_head * hd, group = s.n_head / s.n_kv_head;
   const Matrix emb = load_matrix(f, "token_embd.weight");
   const Matrix out_norm = load_matrix(f, "output_norm.weight");
   const Matrix out = load_matrix(f, "output.weight");
   struct Layer {
     Matrix an, fn, wq, wk, wv, wo, wg, wu, wd;
     Matrix bq, bk, bv;  // qwen2 only
+    Matrix qn, kn;      // qwen3 only
   };
-  const bool qwen2 = s.arch == "qwen2";
+  const bool qwen2 = s.arch == "qwen2", qwen3 = s.arch == "qwen3", neox = qwen2 || qwen3 || force_neox;
   std::vector<Layer> layers;
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -88,11 +106,15 @@ inline std::vector<double> reference_logits(const model::GgufFile& f, const mode
                       load_matrix(f, p + "attn_q.weight"), load_matrix(f, p + "attn_k.weight"),
                       load_matrix(f, p + "attn_v.weight"), load_matrix(f, p + "attn_output.weight"),
                       load_matrix(f, p + "ffn_gate.weight"), load_matrix(f, p + "ffn_up.weight"),
-                      load_matrix(f, p + "ffn_down.weight")});
+                      load_matrix(f, p + "ffn_down.weight"), {}, {}, {}, {}, {}});
     if (qwen2) {
       layers.back().bq = load_matrix(f, p + "attn_q.bias");
       layers.back().bk = load_matrix(f, p + "attn_k.bias");
       layers.back().bv = load_matrix(f, p + "attn_v.bias");
+    }
+    if (qwen3) {
+      layers.back().qn = load_matrix(f, p + "attn_q_norm.weight");
+      layers.back().kn = load_matrix(f, p + "attn_k_norm.weight");
     }
   }
   std::vector<std::vector<std::vector<double>>> k_cache(s.n_layer), v_cache(s.n_layer);  // [layer][index][kv_dim], K before RoPE
@@ -110,17 +132,21 @@ inline std::vector<double> reference_logits(const model::GgufFile& f, const mode
     for (int64_t l = 0; l < s.n_layer; ++l) {
       const Layer& L = layers[l];
       auto h = rmsnorm(x, L.an, 1e-5);
-      auto q = matvec(L.wq, h, s.n_embd);
+      auto q = matvec(L.wq, h, q_dim);
       auto k = matvec(L.wk, h, kv_dim);
       auto v = matvec(L.wv, h, kv_dim);
       if (qwen2) {
-        for (int64_t i = 0; i < s.n_embd; ++i) q[i] += L.bq[i];
+        for (int64_t i = 0; i < q_dim; ++i) q[i] += L.bq[i];
         for (int64_t i = 0; i < kv_dim; ++i) k[i] += L.bk[i], v[i] += L.bv[i];
       }
-      rope(q, s.n_head, hd, pos, 10000.0, qwen2);
+      if (qwen3) {
+        head_rmsnorm(q, L.qn, hd, 1e-5);
+        head_rmsnorm(k, L.kn, hd, 1e-5);
+      }
+      rope(q, s.n_head, hd, pos, 10000.0, neox, inv_freq);
       k_cache[l].push_back(k);
       v_cache[l].push_back(v);
-      std::vector<double> att(s.n_embd, 0.0);
+      std::vector<double> att(q_dim, 0.0);
       for (int64_t head = 0; head < s.n_head; ++head) {
         const int64_t kvh = head / group;
         std::vector<double> w(pos + 1, 0.0);
@@ -130,7 +156,7 @@ inline std::vector<double> reference_logits(const model::GgufFile& f, const mode
         for (size_t t = 0; t <= pos; ++t) {
           if (!seen(t)) continue;
           std::vector<double> kt = k_cache[l][t];
-          rope(kt, s.n_kv_head, hd, static_cast<int64_t>(t), 10000.0, qwen2);
+          rope(kt, s.n_kv_head, hd, static_cast<int64_t>(t), 10000.0, neox, inv_freq);
           double d = 0;
           for (int64_t i = 0; i < hd; ++i) d += q[head * hd + i] * kt[kvh * hd + i];
           w[t] = d / std::sqrt(static_cast<double>(hd));

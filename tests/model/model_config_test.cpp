@@ -1,0 +1,90 @@
+// ModelConfig from GGUF metadata: qwen3, head_dim from attention.key_length, llama.cpp's
+// rope_freqs tensor, and the errors of validate_config.
+#include "model/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/gguf.h"
+#include "model/model_factory.h"
+
+namespace pagoda::model {
+namespace {
+
+GgufFile base(const std::string& arch) {
+  GgufFile f;
+  const std::string a = arch + ".";
+  f.set("general.architecture", GgufValue::of_string(arch));
+  f.set(a + "embedding_length", GgufValue::of_u32(64));
+  f.set(a + "block_count", GgufValue::of_u32(2));
+  f.set(a + "attention.head_count", GgufValue::of_u32(4));
+  f.set(a + "attention.head_count_kv", GgufValue::of_u32(2));
+  f.set(a + "feed_forward_length", GgufValue::of_u32(96));
+  f.set(a + "vocab_size", GgufValue::of_u32(300));
+  return f;
+}
+
+TEST(ModelConfig, Qwen3WithKeyLength) {
+  GgufFile f = base("qwen3");
+  f.set("qwen3.attention.key_length", GgufValue::of_u32(32));
+  auto c = config_from_gguf(f);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->arch, Arch::kQwen3);
+  EXPECT_TRUE(c->has_qk_norm);
+  EXPECT_FALSE(c->has_qkv_bias);
+  EXPECT_EQ(c->rope.style, kernels::RopeStyle::kNeoxHalves);
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_EQ(c->q_dim(), 128);
+  EXPECT_EQ(c->rope.rot_dim, 32);
+}
+
+TEST(ModelConfig, RopeFreqsTensorBecomesFreqFactors) {
+  GgufFile f = base("llama");
+  const std::vector<float> divisors = {1, 1, 2.5f, 8, 8, 8, 8, 8};  // head_dim 16: 8 pairs
+  ASSERT_TRUE(f.add_tensor("rope_freqs.weight", {8}, kGgmlTypeF32, divisors.data(), 32).is_ok());
+  auto c = config_from_gguf(f);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->rope.freq_factors, divisors);
+  EXPECT_NEAR(kernels::rope_inv_freq(c->rope, 2), std::pow(10000.0, -4.0 / 16) / 2.5, 1e-12);
+
+  GgufFile wrong = base("llama");
+  ASSERT_TRUE(wrong.add_tensor("rope_freqs.weight", {4}, kGgmlTypeF32, divisors.data(), 16).is_ok());
+  auto bad = config_from_gguf(wrong);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("rope_freqs.weight"), std::string::npos) << bad.status().message();
+
+  GgufFile zero = base("llama");
+  const std::vector<float> zeros(8, 0.0f);
+  ASSERT_TRUE(zero.add_tensor("rope_freqs.weight", {8}, kGgmlTypeF32, zeros.data(), 32).is_ok());
+  EXPECT_FALSE(config_from_gguf(zero).is_ok());
+}
+
+TEST(ModelConfig, Errors) {
+  struct Case {
+    const char* label;
+    std::string key;
+    GgufValue value;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"unknown arch", "general.architecture", GgufValue::of_string("gpt2"), "unsupported architecture 'gpt2'"},
+      {"odd key length", "llama.attention.key_length", GgufValue::of_u32(15), "bad head dimension 15"},
+      {"kv heads", "llama.attention.head_count_kv", GgufValue::of_u32(3), "not a multiple"},
+      {"rot dim", "llama.rope.dimension_count", GgufValue::of_u32(18), "bad rope.dimension_count"},
+      {"width", "llama.embedding_length", GgufValue::of_u32(66), "not a multiple of head_count"},
+      {"freq base", "llama.rope.freq_base", GgufValue::of_f32(-1.0f), "bad rope frequency base"},
+      {"eps", "llama.attention.layer_norm_rms_epsilon", GgufValue::of_f32(0.0f), "epsilon"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    GgufFile f = base("llama");
+    f.set(c.key, c.value);
+    auto r = config_from_gguf(f);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::model
