@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   pagoda::tools::register_convert(app, exit_code);
   pagoda::tools::register_kvcalc(app, exit_code);
   pagoda::tools::register_perplexity(app, clock, logger, exit_code);
+  pagoda::tools::register_bench_serve(app, clock, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
