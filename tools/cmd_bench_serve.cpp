@@ -150,7 +150,9 @@ int run_bench_serve(const BenchServeOptions& o, const Clock& clock) {
   const std::vector<RequestRecord> records = run_plan(plan, run, clock);
   const BenchSummary summary = summarize(records);
 
-  const std::string mode = run.open_loop ? "open loop, Poisson " + std::to_string(o.rate) + " req/s"
+  char rate_text[32];
+  std::snprintf(rate_text, sizeof(rate_text), "%g", o.rate);
+  const std::string mode = run.open_loop ? std::string("open loop, Poisson ") + rate_text + " req/s"
                                          : "closed loop, concurrency " + std::to_string(o.concurrency);
   const std::string title = std::string("bench-serve ") + o.url + ": " + workload_kind_name(w.kind) + ", " + mode +
                             ", " + std::to_string(plan.total_requests()) + " requests";
