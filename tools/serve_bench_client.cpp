@@ -23,39 +23,24 @@ Result<ServerUrl> parse_server_url(const std::string& url) {
 }
 
 void SseParser::feed(std::string_view bytes, const std::function<void(const std::string&)>& on_data) {
-  buffer_.append(bytes);
-  for (;;) {
-    // An event ends at an empty line: "\n\n" (or with "\r\n" line endings).
-    size_t end = std::string::npos, sep = 0;
-    for (const std::string_view delim : {std::string_view("\n\n"), std::string_view("\r\n\r\n")}) {
-      const size_t at = buffer_.find(delim);
-      if (at != std::string::npos && at < end) {
-        end = at;
-        sep = delim.size();
-      }
-    }
-    if (end == std::string::npos) return;
-    const std::string event = buffer_.substr(0, end);
-    buffer_.erase(0, end + sep);
-    std::string data;
-    bool has_data = false;
-    size_t pos = 0;
-    while (pos <= event.size()) {
-      size_t eol = event.find('\n', pos);
-      if (eol == std::string::npos) eol = event.size();
-      std::string line = event.substr(pos, eol - pos);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.rfind("data:", 0) == 0) {
-        std::string value = line.substr(5);
-        if (!value.empty() && value.front() == ' ') value.erase(0, 1);
-        if (has_data) data += '\n';
-        data += value;
-        has_data = true;
-      }
-      pos = eol + 1;
-    }
-    if (has_data) on_data(data);
+  line_.append(bytes);
+  size_t pos = 0;
+  for (size_t eol; (eol = line_.find('\n', pos)) != std::string::npos; pos = eol + 1) {
+    std::string_view line(line_.data() + pos, eol - pos);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) {  // the blank line that ends an event
+      if (has_data_) on_data(data_);
+      data_.clear();
+      has_data_ = false;
+    } else if (line.substr(0, 5) == "data:") {
+      line.remove_prefix(5);
+      if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+      if (has_data_) data_ += '\n';
+      data_.append(line);
+      has_data_ = true;
+    }  // other fields (event:, id:, retry:) and comments (":...") are ignored
   }
+  line_.erase(0, pos);
 }
 
 ChunkInfo interpret_chunk(const std::string& payload) {

@@ -3,7 +3,7 @@
 // A request is POSTed with "stream": true and "stream_options": {"include_usage": true}; the
 // response is read as Server-Sent Events as it arrives (httplib's content receiver), so each
 // chunk's arrival time is its own. SseParser splits the byte stream into event payloads
-// ("data:" lines; events end at a blank line; "\r\n" accepted). interpret_chunk() reads one
+// ("data:" lines; events end at a blank line; "\n" or "\r\n" line ends). interpret_chunk() reads one
 // payload: generated text (choices[].text for completions, choices[].delta.content for chat),
 // usage (prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens) or an error.
 // Failures of any kind (connection, HTTP status, malformed stream, an error event, a stream
@@ -34,10 +34,12 @@ class SseParser {
  public:
   // Calls on_data(payload) for every complete event that has data lines (joined with "\n").
   void feed(std::string_view bytes, const std::function<void(const std::string&)>& on_data);
-  bool has_partial_event() const { return !buffer_.empty(); }
+  bool has_partial_event() const { return !line_.empty() || has_data_; }
 
  private:
-  std::string buffer_;  // bytes of the event being received
+  std::string line_;       // bytes of the line being received
+  std::string data_;       // data lines of the event being received, joined with "\n"
+  bool has_data_ = false;
 };
 
 // What one SSE data payload said.
