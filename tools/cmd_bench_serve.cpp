@@ -3,6 +3,7 @@
 // (tools/serve_bench_workload.h), sends it over HTTP with streaming (serve_bench_runner.h,
 // serve_bench_client.h) and reports one table, or JSON with --json (serve_bench_stats.h).
 // --dry-run prints the plan as JSON and sends nothing.
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -94,6 +95,9 @@ void print_table(const std::string& title, const BenchSummary& s, FILE* out) {
   std::fprintf(out, "| requests (ok / failed) | %lld / %lld |\n", static_cast<long long>(s.succeeded),
                static_cast<long long>(s.failed));
   std::fprintf(out, "| duration | %.2f s |\n", s.duration_s);
+  const double ok = static_cast<double>(std::max<int64_t>(1, s.succeeded));
+  std::fprintf(out, "| prompt / output tokens per request | %.1f / %.1f |\n", static_cast<double>(s.prompt_tokens) / ok,
+               static_cast<double>(s.completion_tokens) / ok);
   std::fprintf(out, "| requests/s | %.3f |\n", s.requests_per_s);
   std::fprintf(out, "| output tokens/s | %.1f |\n", s.output_tokens_per_s);
   std::fprintf(out, "| input tokens/s | %.1f |\n", s.input_tokens_per_s);
