@@ -126,7 +126,7 @@ multi_turn() {  # multi_turn FILE
 }
 
 if [[ "$ONLY" != llama ]]; then
-  SERVE=("$PAGODA" serve -m "$MODEL" --port "$PORT" --threads "$THREADS")
+  SERVE=("$PAGODA" serve -m "$MODEL" --port "$PORT" --threads "$THREADS" --http-threads 256)
   start_server pagoda "${SERVE[@]}"
   random_levels pagoda
   multi_turn pagoda-mt-on.json
