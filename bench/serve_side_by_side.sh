@@ -3,7 +3,7 @@
 # measured over HTTP by `pagoda bench-serve`. Prints one markdown table of ratios.
 #
 #   bench/serve_side_by_side.sh --model FILE.gguf [--out DIR] [--only pagoda|llama]
-#       [--concurrency 1,4,16,64] [--output-len 64] [--prompt-len 32] [--requests-per-client 4] [--min-requests 16]
+#       [--concurrency 1,4,16,64] [--output-len 64] [--prompt-len 32] [--requests-per-client 2] [--min-requests 16]
 #       [--sessions 8] [--turns 6] [--turn-len 24] [--system-prompt-len 64] [--threads 2] [--port 18181]
 #
 # Runs, each server started alone, waited for on /health and killed afterwards:
@@ -29,7 +29,7 @@ ONLY="both"
 CONCURRENCY="1,4,16,64"
 OUTPUT_LEN=64
 PROMPT_LEN=32
-PER_CLIENT=4
+PER_CLIENT=2
 MIN_REQUESTS=16
 SESSIONS=8
 TURNS=6
