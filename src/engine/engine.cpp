@@ -145,6 +145,14 @@ Status Engine::step(std::span<const StepSeq> seqs, bool all_rows, float* logits_
   int64_t n = 0;
   for (const StepSeq& s : seqs) n += static_cast<int64_t>(s.tokens.size());
   CHECK(n > 0 && n <= max_batch_tokens_) << "step of " << n << " rows, max " << max_batch_tokens_;
+  if (!streaming()) {  // (streaming steps free blocks first in make_room)
+    int64_t need = 0;
+    for (const StepSeq& s : seqs) need += blocks_->plan(s.seq, static_cast<int64_t>(s.tokens.size())).num_new_blocks;
+    if (need > blocks_->num_available_blocks()) {
+      return Status::unavailable("out of KV cache blocks (" + std::to_string(need) + " needed, " +
+                                 std::to_string(blocks_->num_available_blocks()) + " available; raise --kv-cache-mem)");
+    }
+  }
   copies_.clear();
   int64_t row = 0, n_logit_rows = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -159,7 +167,7 @@ Status Engine::step(std::span<const StepSeq> seqs, bool all_rows, float* logits_
     for (int64_t j = 0; j < len; ++j) {
       tokens_[row + j] = s.tokens[j];
       positions_[row + j] = static_cast<int32_t>(first_pos + j);
-      if (logits_out != nullptr && (all_rows || j == len - 1)) logit_rows_[n_logit_rows++] = row + j;
+      if (logits_out != nullptr && (all_rows || (s.logits && j == len - 1))) logit_rows_[n_logit_rows++] = row + j;
     }
     spans_[i] = kernels::SeqSpan{row, len, nullptr, 0};
     row += len;

@@ -1,14 +1,21 @@
-// Engine: a model, its paged KV cache and the step loop that turns prompts into tokens.
+// Engine: a model, its paged KV cache and the step that turns tokens into logits.
 //
-// Today it runs one request at a time (`generate`): the longest cached prefix of the prompt
-// is adopted from the prefix cache (kvcache::BlockManager), the rest is prefilled in chunks of
-// up to max_batch_tokens rows (matrix-matrix), then tokens are decoded one per step
-// (matrix-vector), each step writing its K/V through the block table's slot mapping and
-// committing full blocks to the cache. `generate_parallel` forks the prompt's sequence into n
-// samples that share its blocks (copy-on-write) and decodes them together, one row each per
-// step (a ragged batch). Continuous batching of requests extends the same step.
+// `step` is one forward pass over new tokens of several sequences at once (a ragged batch):
+// each sequence's tokens are appended to its block table (slot mapping, copy-on-write copies),
+// the model runs once over all rows, attention reads each sequence's blocks through its table,
+// and the full blocks are committed to the prefix cache. Two drivers use it:
+//   - `generate` / `generate_parallel` / `score` here: one request at a time. The longest cached
+//     prefix of the prompt is adopted from the prefix cache (kvcache::BlockManager), the rest
+//     is prefilled in chunks of up to max_batch_tokens rows, then tokens are decoded one per
+//     step; generate_parallel forks the prompt's sequence into n samples that share its blocks
+//     (copy-on-write) and decodes them together, one row each per step.
+//   - ServingEngine (engine/serving.h): continuous batching of many requests; its Scheduler
+//     (engine/scheduler.h) decides each step's sequences and chunk sizes, and it owns the
+//     engine (and so the block manager) from then on.
+// StreamingLLM windows and sliding-window models (engine_window.cpp) are for the first only.
 //
-// Sequence states: waiting -> prefilling (chunks) -> decoding -> finished | aborted.
+// Sequence states: waiting -> prefilling (chunks) -> decoding -> finished | aborted, and under
+// ServingEngine running -> preempted (KV freed, recomputed later) -> waiting.
 #pragma once
 
 #include <functional>
@@ -150,6 +157,19 @@ class Engine {
   // like a prompt and frees it afterwards.
   Result<std::vector<float>> score(std::span<const int32_t> tokens);
 
+  // One forward pass over the new tokens of several sequences (a ragged batch; the serving
+  // loop's step): appends them (slots, copy-on-write copies), runs the model, commits the
+  // blocks. logits_out gets the last row of each sequence whose `logits` is set
+  // ([rows, n_vocab], in order), or every row of every sequence when all_rows, or nothing when
+  // null. Precondition: at most max_batch_tokens() tokens. When the blocks do not fit
+  // (the sum of BlockManager::plan over the sequences), returns kUnavailable changing nothing.
+  struct StepSeq {
+    kvcache::SeqId seq;
+    std::span<const int32_t> tokens;  // appended at the sequence's current length
+    bool logits = true;               // wants its last row's logits
+  };
+  Status step(std::span<const StepSeq> seqs, bool all_rows, float* logits_out);
+
   const model::LlamaModel& model() const { return *model_; }
   std::shared_ptr<const model::LlamaModel> shared_model() const { return model_; }
   const kvcache::KvLayout& kv_layout() const { return pool_->layout(); }
@@ -157,18 +177,15 @@ class Engine {
   kvcache::BlockManager& block_manager() { return *blocks_; }
   const kvcache::KvNamespace& kv_namespace(const std::string& cache_salt);  // for tests
   int64_t max_context() const { return max_context_; }
+  int64_t max_batch_tokens() const { return max_batch_tokens_; }
+  const EngineConfig& config() const { return config_; }
+  const Clock& clock() const { return *clock_; }
+  // Sequences drop or release blocks (StreamingLLM, sliding-window models).
+  bool windowed() const { return windowed_seqs(); }
   int num_threads() const { return pool_threads_->num_threads(); }
 
  private:
   Engine() = default;
-  struct StepSeq {
-    kvcache::SeqId seq;
-    std::span<const int32_t> tokens;  // appended at the sequence's current length
-  };
-  // One forward pass over the new tokens of several sequences: appends them (slots, copy-on-
-  // write copies), runs the model, commits the blocks. logits_out gets the last row of each
-  // sequence ([seqs.size(), n_vocab]), or every row when all_rows, or nothing when null.
-  Status step(std::span<const StepSeq> seqs, bool all_rows, float* logits_out);
   Status check_fits(int64_t total_tokens) const;
   Status validate_request(const GenerateRequest& request) const;
   // Adopts the cached prefix (if enabled) and prefills the rest; logits_out gets the last row.

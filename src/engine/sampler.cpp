@@ -91,4 +91,24 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   return candidates_[size - 1].id;
 }
 
+void log_softmax_top(std::span<const float> logits, int32_t chosen, int k, std::vector<int32_t>& index_scratch,
+                     TokenLogprobs& out) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  CHECK(chosen >= 0 && chosen < n && k >= 0);
+  const float max_logit = logits[argmax(logits)];
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - max_logit);
+  const double log_z = max_logit + std::log(sum);
+  out.chosen = static_cast<float>(logits[chosen] - log_z);
+  const int64_t top = std::min<int64_t>(k, n);
+  index_scratch.resize(n);
+  for (int64_t i = 0; i < n; ++i) index_scratch[i] = static_cast<int32_t>(i);
+  std::partial_sort(index_scratch.begin(), index_scratch.begin() + top, index_scratch.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  out.top_ids.assign(index_scratch.begin(), index_scratch.begin() + top);
+  out.top_logprobs.resize(top);
+  for (int64_t i = 0; i < top; ++i) out.top_logprobs[i] = static_cast<float>(logits[out.top_ids[i]] - log_z);
+}
+
 }  // namespace pagoda::engine

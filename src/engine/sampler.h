@@ -55,4 +55,15 @@ class Sampler {
 // Index of the largest value (lowest index on ties).
 int32_t argmax(std::span<const float> values);
 
+// Log-softmax of raw logits [n_vocab]: the log-probability of `chosen`, and the k most likely
+// tokens best first (ties: lower id) into top_ids/top_logprobs (resized to k). index_scratch is
+// [n_vocab] (resized once).
+struct TokenLogprobs {
+  float chosen = 0;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+};
+void log_softmax_top(std::span<const float> logits, int32_t chosen, int k, std::vector<int32_t>& index_scratch,
+                     TokenLogprobs& out);
+
 }  // namespace pagoda::engine

@@ -1,5 +1,6 @@
 // ServingEngine: continuous batching of many requests over one Engine (the contract the HTTP
-// server codes against; the implementation lives in engine/scheduler*.cpp).
+// server codes against). The policy is engine/scheduler.h (which sequences run, chunk sizes,
+// admission, victims); the loop, threads, observers and metrics are engine/serving_engine.h.
 //
 // Threads. submit/abort/metrics/shutdown are thread-safe and never block on a forward pass.
 // One loop thread (start()) or the caller (step(), for tests) runs the scheduler; observers are
@@ -13,7 +14,17 @@
 // exactly one on_finish, last.
 //
 // Per step: at most max_num_seqs sequences and max_num_batched_tokens tokens, one forward pass
-// over all of them (a ragged batch, attention through each sequence's block table).
+// over all of them (a ragged batch, attention through each sequence's block table). Decodes
+// are scheduled first; prefill chunks share the rest of the token budget.
+//
+// Choices: n > 1 prefills the prompt once, then forks n sequences sharing its blocks
+// (copy-on-write); choice i samples with seed + i, so it equals Engine::generate with that
+// seed. A preempted choice keeps its tokens and sampler; it is recomputed (through the prefix
+// cache) on re-admission and continues identically.
+// Stop token ids and EOS end a choice with kStop; that token is counted in completion_tokens
+// but gets no TokenEvent and no text. max_tokens is clipped so that prompt + max_tokens fits
+// the context and the choice's KV (prompt + max_tokens - 1) fits the whole pool.
+// Not supported: windowed KV (--kv-window, sliding-window models): create() refuses it.
 #pragma once
 
 #include <array>
@@ -31,7 +42,9 @@
 namespace pagoda::engine {
 
 struct ServingConfig {
-  int64_t max_num_seqs = 64;             // sequences (choices) per step
+  // Both are clipped at create(): tokens to the engine's max_batch_tokens (the forward pass's
+  // scratch), sequences to the tokens (every running sequence may need a row).
+  int64_t max_num_seqs = 64;             // sequences (choices) running at once, so per step
   int64_t max_num_batched_tokens = 512;  // tokens per step (prefill chunks + decodes)
   int64_t max_waiting = 256;             // queued requests beyond which submit() is refused
   double kv_watermark = 0.01;            // fraction of blocks kept free at admission
@@ -87,8 +100,9 @@ class RequestObserver {
   virtual ~RequestObserver() = default;
   virtual void on_tokens(std::span<const TokenEvent> events) = 0;
   virtual void on_choice_end(const ChoiceEnd& end) = 0;
-  // The last call. Not ok: the request failed (kAborted when aborted, kTooLarge when it can
-  // never fit, kUnavailable when shut down); usage holds what was done until then.
+  // The last call. Not ok: the request failed (kAborted when aborted, kUnavailable when shut
+  // down without draining, kError when a forward step failed; a request that can never fit is
+  // refused by submit() instead); usage holds what was done until then.
   virtual void on_finish(const Status& status, const RequestUsage& usage) = 0;
 };
 
@@ -108,17 +122,20 @@ struct ServingMetrics {
   // Counters (monotonic).
   int64_t prompt_tokens = 0;             // prompt tokens of finished-or-running requests
   int64_t generation_tokens = 0;
+  // stop/length count choices (n per request); abort (aborted, or shut down without drain)
+  // and error count requests.
   int64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;
   int64_t preemptions = 0;
   int64_t evicted_blocks = 0;            // cached blocks dropped by the eviction policy
   int64_t prefix_queried_tokens = 0;     // prompt tokens looked up in the prefix cache
   int64_t prefix_hit_tokens = 0;         // of which found cached
   int64_t steps = 0;
-  // Gauges.
+  // Gauges. running: requests with a sequence holding KV; waiting: the others (queued,
+  // preempted) and submitted ones not yet seen by the loop.
   int64_t running = 0, waiting = 0;
   int64_t kv_blocks_total = 0, kv_blocks_in_use = 0, kv_blocks_cached = 0, kv_blocks_free = 0;
   // Latencies in seconds.
-  Histogram ttft, inter_token, e2e, queue;
+  Histogram ttft, inter_token, e2e, queue;  // inter_token: per choice, between its tokens
 };
 
 class ServingEngine {
@@ -150,7 +167,8 @@ class ServingEngine {
   virtual const Engine& engine() const = 0;  // model, KV layout (read-only)
   virtual const model::Tokenizer& tokenizer() const = 0;
   // Test hook: BlockManager::check_integrity() run on the loop thread between steps (or
-  // directly when not started); aborts on a leaked or miscounted block.
+  // directly when not started or already shut down); aborts on a leaked or miscounted block.
+  // Blocks until done.
   virtual void check_integrity() = 0;
 };
 

@@ -1,0 +1,181 @@
+// Scheduler: the policy at the top of engine/scheduler.h.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace pagoda::engine {
+
+void StepPlan::clear() {
+  scheduled.clear();
+  preempted.clear();
+  admitted.clear();
+  num_tokens = 0;
+  prefix_queried_tokens = prefix_hit_tokens = 0;
+}
+
+Scheduler::Scheduler(kvcache::BlockManager& blocks, const SchedulerOptions& options)
+    : blocks_(blocks), options_(options) {
+  CHECK(options_.max_num_seqs >= 1 && options_.max_num_batched_tokens >= options_.max_num_seqs)
+      << "max_num_seqs " << options_.max_num_seqs << ", max_num_batched_tokens " << options_.max_num_batched_tokens;
+  running_.reserve(options_.max_num_seqs);
+  plan_.scheduled.reserve(options_.max_num_seqs);
+  plan_.preempted.reserve(options_.max_num_seqs);
+  plan_.admitted.reserve(options_.max_num_seqs);
+}
+
+Scheduler::~Scheduler() {
+  for (SchedSequence* s : running_) blocks_.free_sequence(s->kv);
+}
+
+void Scheduler::insert_ordered(std::vector<SchedSequence*>& list, SchedSequence* seq) {
+  auto at = std::upper_bound(list.begin(), list.end(), seq,
+                             [](const SchedSequence* a, const SchedSequence* b) { return a->key.before(b->key); });
+  list.insert(at, seq);
+}
+
+void Scheduler::erase_from(std::vector<SchedSequence*>& list, SchedSequence* seq) {
+  auto at = std::find(list.begin(), list.end(), seq);
+  CHECK(at != list.end());
+  list.erase(at);
+}
+
+SchedSequence& Scheduler::add(const SeqKey& key, std::vector<int32_t> tokens, int64_t max_tokens, int32_t slots,
+                              const kvcache::KvNamespace& ns) {
+  CHECK(!tokens.empty() && slots >= 1);
+  const SchedSeqId id = next_id_++;
+  SchedSequence& s = seqs_[id];
+  s.id = id;
+  s.key = key;
+  s.tokens = std::move(tokens);
+  s.max_tokens = std::max<int64_t>(max_tokens, static_cast<int64_t>(s.tokens.size()));
+  s.slots = slots;
+  s.ns = ns;
+  insert_ordered(waiting_, &s);
+  return s;
+}
+
+SchedSequence& Scheduler::get(SchedSeqId id) {
+  auto it = seqs_.find(id);
+  CHECK(it != seqs_.end()) << "unknown scheduler sequence " << id;
+  return it->second;
+}
+
+void Scheduler::remove(SchedSeqId id) {
+  SchedSequence& s = get(id);
+  if (s.running()) {
+    blocks_.free_sequence(s.kv);
+    erase_from(running_, &s);
+    running_slots_ -= s.slots;
+  } else {
+    erase_from(waiting_, &s);
+  }
+  seqs_.erase(id);
+}
+
+SchedSequence& Scheduler::fork(SchedSequence& parent, const SeqKey& key) {
+  CHECK(parent.running() && parent.slots > 1);
+  CHECK_EQ(blocks_.length(parent.kv), static_cast<int64_t>(parent.tokens.size()));
+  const SchedSeqId id = next_id_++;
+  SchedSequence& child = seqs_[id];
+  child.id = id;
+  child.key = key;
+  child.tokens = parent.tokens;
+  child.max_tokens = parent.max_tokens;
+  child.slots = 1;
+  child.ns = parent.ns;
+  child.kv = blocks_.fork(parent.kv);
+  child.admitted_cached = parent.admitted_cached;
+  child.num_admissions = parent.num_admissions;
+  --parent.slots;  // running_slots_ unchanged: the slot moves to the child
+  insert_ordered(running_, &child);
+  return child;
+}
+
+void Scheduler::preempt(SchedSequence& seq) {
+  blocks_.free_sequence(seq.kv);
+  seq.kv = -1;
+  erase_from(running_, &seq);
+  running_slots_ -= seq.slots;
+  insert_ordered(waiting_, &seq);
+  plan_.preempted.push_back(&seq);
+}
+
+bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks) {
+  const int64_t n_tokens = static_cast<int64_t>(seq.tokens.size());
+  kvcache::PrefixMatch hit;
+  if (options_.enable_prefix_caching) hit = blocks_.match_prefix(seq.tokens, seq.ns);
+  const kvcache::KvPlan whole = blocks_.plan(hit, n_tokens);
+  int64_t limit = blocks_.num_available_blocks() - reserved_blocks;
+  if (!running_.empty()) limit -= options_.watermark_blocks;  // alone, it may use the whole pool
+  if (whole.num_new_blocks > limit) return false;  // `hit` unpins
+  kvcache::SequenceOptions o;
+  o.ns = seq.ns;
+  o.priority = seq.key.priority;
+  seq.kv = blocks_.add_sequence(seq.max_tokens, o);
+  if (options_.enable_prefix_caching) {
+    plan_.prefix_queried_tokens += n_tokens;
+    plan_.prefix_hit_tokens += hit.num_tokens();
+  }
+  if (!hit.empty()) blocks_.adopt(seq.kv, std::move(hit));
+  const int64_t computed = blocks_.length(seq.kv);
+  seq.admitted_cached = computed;
+  ++seq.num_admissions;
+  const int64_t n = std::min(n_tokens - computed, token_budget);
+  reserved_blocks += blocks_.plan(seq.kv, n).num_new_blocks;
+  token_budget -= n;
+  erase_from(waiting_, &seq);
+  insert_ordered(running_, &seq);
+  running_slots_ += seq.slots;
+  plan_.scheduled.push_back({&seq, computed, n});
+  plan_.admitted.push_back(&seq);
+  plan_.num_tokens += n;
+  return true;
+}
+
+const StepPlan& Scheduler::schedule() {
+  plan_.clear();
+  // Decodes first: each running sequence with one pending token gets its row; prefill chunks
+  // share the rest. running slots <= max_num_seqs <= max_num_batched_tokens, so decodes fit.
+  int64_t num_decodes = 0;
+  for (const SchedSequence* s : running_) {
+    if (static_cast<int64_t>(s->tokens.size()) - blocks_.length(s->kv) == 1) ++num_decodes;
+  }
+  int64_t prefill_budget = options_.max_num_batched_tokens - num_decodes;
+  int64_t reserved = 0;  // blocks promised to sequences scheduled earlier in this step
+  size_t i = 0;
+  while (i < running_.size()) {
+    SchedSequence* s = running_[i];
+    const int64_t computed = blocks_.length(s->kv);
+    const int64_t pending = static_cast<int64_t>(s->tokens.size()) - computed;
+    CHECK_GE(pending, 1) << "a running sequence with nothing to feed (the owner samples or removes it)";
+    const int64_t n = pending == 1 ? 1 : std::min(pending, prefill_budget);
+    if (n == 0) {  // a prefill without budget this step: it waits, holding its blocks
+      ++i;
+      continue;
+    }
+    const int64_t need = blocks_.plan(s->kv, n).num_new_blocks;
+    bool preempted_self = false;
+    while (need > blocks_.num_available_blocks() - reserved) {
+      SchedSequence* victim = running_.back();  // lowest priority, latest; never one scheduled before i
+      preempted_self = victim == s;
+      preempt(*victim);
+      if (preempted_self) break;
+    }
+    if (preempted_self) continue;  // it was the last one
+    reserved += need;
+    if (pending > 1) prefill_budget -= n;
+    plan_.scheduled.push_back({s, computed, n});
+    plan_.num_tokens += n;
+    ++i;
+  }
+  if (!plan_.preempted.empty()) return plan_;
+  int64_t token_budget = options_.max_num_batched_tokens - plan_.num_tokens;
+  while (!waiting_.empty() && token_budget > 0) {
+    SchedSequence& w = *waiting_.front();
+    if (running_slots_ + w.slots > options_.max_num_seqs) break;
+    if (!try_admit(w, token_budget, reserved)) break;
+  }
+  return plan_;
+}
+
+}  // namespace pagoda::engine

@@ -1,0 +1,136 @@
+// Scheduler: the continuous-batching policy of the serving loop (engine/serving_engine.cpp):
+// which sequences run in the next step, how many tokens each, which wait, which are admitted
+// and which are preempted. It drives a kvcache::BlockManager (admission, preemption, forks)
+// and never sees a model, so it is tested over a bare block pool (tests/engine/scheduler_test).
+//
+// A Sequence is one choice of a request, or, before a request with n > 1 choices has sampled
+// its first token, the one prompt sequence all its choices will fork from (it holds `slots` =
+// n sequence slots from admission on). Its `tokens` are everything it has fed or will feed:
+// prompt + generated. Running, its KV covers tokens[0, computed) (computed = the block
+// manager's length); the rest is pending. A step feeds a sequence some of its pending tokens;
+// when a step reaches the end of `tokens` the owner samples the next token and appends it
+// (pending 1: decoding). Prefill, decode and recompute after preemption are the same thing.
+//
+// States: waiting --admit--> running --preempt--> waiting (KV freed; tokens kept: recompute)
+//         any --remove--> gone (finished or aborted; KV freed)
+// Preemption is by recompute; swap-to-tier would be a second kind of `preempt` that keeps the
+// KV in a lower tier and re-admits it by promotion instead of by prefill.
+//
+// Order: (priority desc, arrival asc, choice asc). Each step (schedule()):
+//   1. Running sequences in order. Decoding ones (pending 1) get one token each; those still
+//      prefilling share what is left of max_num_batched_tokens after the decodes, in order
+//      (chunked prefill). If the blocks of a sequence's tokens do not fit, the last running
+//      sequence in order is preempted (the victim: lowest priority, latest arrival), until
+//      they fit or the sequence itself is the victim.
+//   2. Only if nobody was preempted: waiting sequences in order are admitted while their slots
+//      fit under max_num_seqs, a token of budget is left and their blocks fit after
+//      prefix-cache matching, keeping `watermark_blocks` free (not when nothing else runs).
+//      The first that does not fit stops admission (no overtaking by lower priority).
+// Invariants: sum of slots of running sequences <= max_num_seqs; every scheduled token's block
+// is accounted for before the step runs (Engine::step never runs out); a sequence that is the
+// only one running always fits (the owner clips a request to the pool at submit).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kvcache/block_manager.h"
+
+namespace pagoda::engine {
+
+struct SchedulerOptions {
+  int64_t max_num_seqs = 64;             // sequence slots held by running sequences
+  int64_t max_num_batched_tokens = 512;  // tokens per step
+  int64_t watermark_blocks = 0;          // kept free at admission
+  bool enable_prefix_caching = true;
+};
+
+struct SeqKey {
+  int32_t priority = 0;
+  uint64_t arrival = 0;  // submit order
+  int32_t choice = 0;
+  // Scheduling order: higher priority, then earlier arrival, then lower choice first.
+  bool before(const SeqKey& o) const {
+    if (priority != o.priority) return priority > o.priority;
+    if (arrival != o.arrival) return arrival < o.arrival;
+    return choice < o.choice;
+  }
+};
+
+using SchedSeqId = int64_t;
+
+struct SchedSequence {
+  SchedSeqId id = -1;
+  SeqKey key;
+  std::vector<int32_t> tokens;   // [prompt + generated] fed or to feed
+  int64_t max_tokens = 0;        // KV table reserve (prompt + max generated)
+  int32_t slots = 1;             // sequence slots held while running (n before the fork)
+  kvcache::KvNamespace ns;       // prefix-cache namespace (model, KV format, salt)
+  kvcache::SeqId kv = -1;        // block-manager sequence while running, else -1
+  int64_t admitted_cached = 0;   // tokens adopted from the prefix cache at the last admission
+  int64_t num_admissions = 0;    // > 1: resumed after preemption
+  bool running() const { return kv >= 0; }
+};
+
+struct ScheduledSeq {
+  SchedSequence* seq = nullptr;
+  int64_t begin = 0;     // first token fed: tokens[begin, begin + n_tokens)
+  int64_t n_tokens = 0;
+  bool completes() const { return begin + n_tokens == static_cast<int64_t>(seq->tokens.size()); }
+};
+
+struct StepPlan {
+  std::vector<ScheduledSeq> scheduled;     // in order; at most max_num_seqs
+  std::vector<SchedSequence*> preempted;   // this step's victims (now waiting)
+  std::vector<SchedSequence*> admitted;    // admitted this step (also in scheduled)
+  int64_t num_tokens = 0;
+  // Prefix-cache lookups of this step's admissions.
+  int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
+  void clear();
+};
+
+class Scheduler {
+ public:
+  Scheduler(kvcache::BlockManager& blocks, const SchedulerOptions& options);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+  ~Scheduler();  // frees the KV of every sequence
+
+  // A new waiting sequence. Preconditions: tokens non-empty, slots >= 1.
+  SchedSequence& add(const SeqKey& key, std::vector<int32_t> tokens, int64_t max_tokens, int32_t slots,
+                     const kvcache::KvNamespace& ns);
+  // Frees its KV (if running) and forgets it.
+  void remove(SchedSeqId id);
+  // A running sequence with the same tokens sharing every block of `parent` (copy-on-write),
+  // taking one of parent's slots. Preconditions: parent running, fully computed, slots > 1.
+  SchedSequence& fork(SchedSequence& parent, const SeqKey& key);
+  SchedSequence& get(SchedSeqId id);
+
+  // Decides the next step (see the top). The plan stays valid until the next call.
+  const StepPlan& schedule();
+
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t num_running_slots() const { return running_slots_; }
+  bool empty() const { return seqs_.empty(); }
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  void preempt(SchedSequence& seq);
+  bool try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks);
+  static void insert_ordered(std::vector<SchedSequence*>& list, SchedSequence* seq);
+  static void erase_from(std::vector<SchedSequence*>& list, SchedSequence* seq);
+
+  kvcache::BlockManager& blocks_;
+  SchedulerOptions options_;
+  std::unordered_map<SchedSeqId, SchedSequence> seqs_;  // node-based: pointers stay valid
+  std::vector<SchedSequence*> running_;  // in scheduling order
+  std::vector<SchedSequence*> waiting_;  // in scheduling order
+  int64_t running_slots_ = 0;
+  SchedSeqId next_id_ = 0;
+  StepPlan plan_;
+};
+
+}  // namespace pagoda::engine

@@ -1,0 +1,248 @@
+// ServingEngine: creation, validation, the thread-safe inbox, the loop thread, shutdown and
+// metrics. The step itself is in serving_step.cpp; the contract in engine/serving.h.
+#include "engine/serving_engine.h"
+
+#include <algorithm>
+
+namespace pagoda::engine {
+
+void Histogram::observe(double value) {
+  size_t b = 0;
+  while (b < kBounds.size() && value > kBounds[b]) ++b;  // Prometheus "le" buckets
+  ++buckets[b];
+  sum += value;
+  ++count;
+}
+
+namespace {
+
+SchedulerOptions scheduler_options(const Engine& engine, const ServingConfig& c) {
+  SchedulerOptions o;
+  o.max_num_batched_tokens = c.max_num_batched_tokens;
+  o.max_num_seqs = c.max_num_seqs;
+  const int64_t num_blocks = engine.kv_plan().num_blocks;
+  o.watermark_blocks = static_cast<int64_t>(c.kv_watermark * static_cast<double>(num_blocks) + 0.999999);
+  o.enable_prefix_caching = engine.config().enable_prefix_caching;
+  return o;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ServingEngine>> ServingEngine::create(std::unique_ptr<Engine> engine,
+                                                             std::shared_ptr<const model::Tokenizer> tokenizer,
+                                                             const ServingConfig& config) {
+  if (engine == nullptr || tokenizer == nullptr) return Status::invalid_argument("serving needs an engine and a tokenizer");
+  if (engine->windowed()) {
+    return Status::invalid_argument(
+        "continuous batching does not support windowed KV (--kv-window or a sliding-window model): its sequences "
+        "drop blocks and cannot be forked or prefix-cached; serve without --kv-window");
+  }
+  if (tokenizer->vocab_size() > engine->model().config().n_vocab) {
+    return Status::invalid_argument("the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
+                                    " tokens, more than the model's " + std::to_string(engine->model().config().n_vocab));
+  }
+  if (config.max_num_seqs < 1) return Status::invalid_argument("max_num_seqs must be >= 1");
+  if (config.max_num_batched_tokens < 1) return Status::invalid_argument("max_num_batched_tokens must be >= 1");
+  if (config.max_waiting < 0) return Status::invalid_argument("max_waiting must be >= 0");
+  if (!(config.kv_watermark >= 0.0 && config.kv_watermark < 1.0)) {
+    return Status::invalid_argument("kv_watermark must be in [0, 1)");
+  }
+  ServingConfig c = config;
+  // The forward pass's scratch holds max_batch_tokens rows; every running sequence needs a row.
+  c.max_num_batched_tokens = std::min(c.max_num_batched_tokens, engine->max_batch_tokens());
+  c.max_num_seqs = std::min(c.max_num_seqs, c.max_num_batched_tokens);
+  return std::unique_ptr<ServingEngine>(new ServingEngineImpl(std::move(engine), std::move(tokenizer), c));
+}
+
+ServingEngineImpl::ServingEngineImpl(std::unique_ptr<Engine> engine, std::shared_ptr<const model::Tokenizer> tokenizer,
+                                     const ServingConfig& config)
+    : engine_(std::move(engine)),
+      tokenizer_(std::move(tokenizer)),
+      config_(config),
+      clock_(&engine_->clock()),
+      n_vocab_(engine_->model().config().n_vocab),
+      pool_tokens_(engine_->kv_plan().num_blocks * engine_->kv_layout().block_size),
+      scheduler_(engine_->block_manager(), scheduler_options(*engine_, config)) {
+  step_seqs_.reserve(config_.max_num_seqs);
+  logits_.resize(config_.max_num_seqs * n_vocab_);
+  row_.resize(n_vocab_);
+  index_scratch_.resize(n_vocab_);
+  touched_.reserve(config_.max_num_seqs);
+  loop_metrics_.kv_blocks_total = engine_->kv_plan().num_blocks;
+  publish_metrics();
+}
+
+ServingEngineImpl::~ServingEngineImpl() { shutdown(false); }
+
+Status ServingEngineImpl::validate(const CompletionRequest& r, int64_t* max_tokens) const {
+  const int64_t n_prompt = static_cast<int64_t>(r.prompt.size());
+  if (n_prompt == 0) return Status::invalid_argument("empty prompt: at least one token (e.g. BOS) is needed");
+  for (int32_t id : r.prompt) {
+    if (id < 0 || id >= n_vocab_) return Status::invalid_argument("prompt token id " + std::to_string(id) + " outside the vocabulary");
+  }
+  for (int32_t id : r.stop_token_ids) {
+    if (id < 0 || id >= n_vocab_) return Status::invalid_argument("stop token id " + std::to_string(id) + " outside the vocabulary");
+  }
+  for (const std::string& s : r.stop) {
+    if (s.empty()) return Status::invalid_argument("empty stop string");
+  }
+  if (r.max_tokens < 1) return Status::invalid_argument("max_tokens must be >= 1");
+  if (r.n < 1 || r.n > config_.max_num_seqs) {
+    return Status::invalid_argument("n must be in [1, " + std::to_string(config_.max_num_seqs) + "] (max_num_seqs)");
+  }
+  if (r.logprobs < -1 || r.logprobs > 20) return Status::invalid_argument("logprobs must be in [0, 20] (or -1: none)");
+  Status s = r.sampling.validate();
+  if (!s.is_ok()) return Status::invalid_argument(s.message());
+  if (n_prompt >= engine_->max_context()) {
+    return Status::too_large("the prompt has " + std::to_string(n_prompt) + " tokens; the context of " +
+                             std::to_string(engine_->max_context()) + " leaves no room to generate");
+  }
+  if (n_prompt > pool_tokens_) {
+    return Status::too_large("the prompt needs " + std::to_string(n_prompt) + " KV tokens, more than the whole KV cache (" +
+                             std::to_string(pool_tokens_) + " tokens; raise --kv-cache-mem)");
+  }
+  // The context bounds prompt + generated; the pool bounds the KV, which the last token never
+  // needs. Each choice then fits the pool on its own, so the scheduler always makes progress.
+  *max_tokens = std::min({r.max_tokens, engine_->max_context() - n_prompt, pool_tokens_ - n_prompt + 1});
+  return Status::ok();
+}
+
+Result<RequestId> ServingEngineImpl::submit(CompletionRequest request, std::shared_ptr<RequestObserver> observer) {
+  if (observer == nullptr) return Status::invalid_argument("no observer");
+  int64_t max_tokens = 0;
+  PAGODA_RETURN_IF_ERROR(validate(request, &max_tokens));
+  const int64_t now = clock_->now_ns();
+  RequestId id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!accepting_) return Status::unavailable("the server is shutting down");
+    if (num_waiting_ + static_cast<int64_t>(inbox_.size()) >= config_.max_waiting) {
+      return Status::unavailable("too many queued requests (" + std::to_string(config_.max_waiting) + "); retry later");
+    }
+    id = next_id_++;
+    inbox_.push_back({id, std::move(request), std::move(observer), max_tokens, now});
+  }
+  wake_.notify_one();
+  return id;
+}
+
+void ServingEngineImpl::abort(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborts_.push_back(id);
+  }
+  wake_.notify_one();
+}
+
+void ServingEngineImpl::start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CHECK(!started_) << "ServingEngine::start() called twice";
+  if (stopping_) return;
+  started_ = true;
+  loop_running_ = true;
+  loop_ = std::thread([this] { run_loop(); });
+}
+
+void ServingEngineImpl::run_loop() {
+  for (;;) {
+    run_integrity_checks();
+    const bool worked = step_locked_out();
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (stopping_ && requests_.empty() && inbox_.empty()) break;
+    if (!worked) {
+      wake_.wait(lock, [&] {
+        return !inbox_.empty() || !aborts_.empty() || stopping_ || integrity_requests_ > integrity_done_;
+      });
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    loop_running_ = false;
+  }
+  integrity_checked_.notify_all();
+}
+
+void ServingEngineImpl::shutdown(bool drain) {
+  bool threaded = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    accepting_ = false;
+    stopping_ = true;
+    if (!drain) abort_all_ = true;
+    threaded = started_;
+  }
+  wake_.notify_all();
+  if (threaded) {
+    if (loop_.joinable()) loop_.join();
+    return;
+  }
+  while (step_locked_out()) {
+  }
+}
+
+bool ServingEngineImpl::step() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    CHECK(!started_) << "ServingEngine::step() while the loop thread runs";
+  }
+  return step_locked_out();
+}
+
+ServingMetrics ServingEngineImpl::metrics() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ServingMetrics m = published_;
+  m.waiting += static_cast<int64_t>(inbox_.size());
+  return m;
+}
+
+void ServingEngineImpl::check_integrity() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!started_ || !loop_.joinable() || std::this_thread::get_id() == loop_.get_id()) {
+    lock.unlock();
+    engine_->block_manager().check_integrity();
+    return;
+  }
+  // Between two steps of the loop thread.
+  const int64_t epoch = ++integrity_requests_;
+  wake_.notify_all();
+  integrity_checked_.wait(lock, [&] { return integrity_done_ >= epoch || !loop_running_; });
+  if (integrity_done_ < epoch) {  // the loop ended meanwhile
+    lock.unlock();
+    engine_->block_manager().check_integrity();
+  }
+}
+
+void ServingEngineImpl::run_integrity_checks() {
+  int64_t requested = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    requested = integrity_requests_;
+    if (requested == integrity_done_) return;
+  }
+  engine_->block_manager().check_integrity();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    integrity_done_ = requested;
+  }
+  integrity_checked_.notify_all();
+}
+
+void ServingEngineImpl::publish_metrics() {
+  kvcache::BlockManager& bm = engine_->block_manager();
+  ServingMetrics& m = loop_metrics_;
+  m.evicted_blocks = bm.stats().num_evictions;
+  m.kv_blocks_in_use = bm.pool().num_in_use();
+  m.kv_blocks_cached = bm.pool().num_cached();
+  m.kv_blocks_free = bm.pool().num_free();
+  m.running = m.waiting = 0;
+  for (const auto& [id, r] : requests_) {
+    bool running = false;
+    for (const Choice& c : r->choices) running = running || (c.seq >= 0 && scheduler_.get(c.seq).running());
+    ++(running ? m.running : m.waiting);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  published_ = m;
+  num_waiting_ = m.waiting;
+}
+
+}  // namespace pagoda::engine

@@ -1,0 +1,146 @@
+// ServingEngineImpl: the ServingEngine of engine/serving.h (include that one, not this).
+//
+// Threads: submit/abort/shutdown/metrics take mutex_ and touch only the inbox, the abort list,
+// the flags and the published metrics. Everything else (requests_, the scheduler, the engine)
+// belongs to the loop: the loop thread after start(), the caller of step() before.
+//
+// One step (serving_step.cpp):
+//   1. drain the inbox (new requests become waiting scheduler sequences) and the aborts
+//      (their sequences are removed, blocks freed, on_finish(kAborted));
+//   2. Scheduler::schedule() (admission, preemption, chunk sizes);
+//   3. one Engine::step over every scheduled sequence's tokens (a ragged batch);
+//   4. every sequence whose step reached the end of its tokens samples: a request's prompt
+//      sequence first forks into its n choices (sharing blocks), each choice draws with its own
+//      Sampler (seed + i) from its copy of the logits, its text goes through a TextStream
+//      (stop strings), and the token is appended (decode next step) or the choice ends
+//      (its sequence removed at once);
+//   5. observers get each touched request's events (on_tokens, on_choice_end, on_finish);
+//   6. metrics are published.
+// A preempted choice keeps its tokens and Sampler (RNG state) in place, so after it is
+// re-admitted (prefix cache hit or recompute) it continues exactly as if never interrupted.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "engine/serving.h"
+#include "engine/text_stream.h"
+
+namespace pagoda::engine {
+
+class ServingEngineImpl final : public ServingEngine {
+ public:
+  ServingEngineImpl(std::unique_ptr<Engine> engine, std::shared_ptr<const model::Tokenizer> tokenizer,
+                    const ServingConfig& config);
+  ~ServingEngineImpl() override;
+
+  Result<RequestId> submit(CompletionRequest request, std::shared_ptr<RequestObserver> observer) override;
+  void abort(RequestId id) override;
+  void start() override;
+  void shutdown(bool drain) override;
+  bool step() override;
+  ServingMetrics metrics() const override;
+  const Engine& engine() const override { return *engine_; }
+  const model::Tokenizer& tokenizer() const override { return *tokenizer_; }
+  void check_integrity() override;
+
+ private:
+  struct Choice {
+    Choice(int i, const SamplingParams& params, int64_t n_vocab) : index(i), sampler(params, n_vocab) {}
+    int index = 0;
+    SchedSeqId seq = -1;          // -1 before the fork (index > 0) and after the end
+    Sampler sampler;              // its RNG state survives preemption
+    std::optional<TextStream> text;
+    int64_t num_generated = 0;
+    int64_t last_token_ns = 0;
+    bool done = false;
+  };
+  struct Request {
+    RequestId id = 0;
+    CompletionRequest req;
+    std::shared_ptr<RequestObserver> observer;
+    int64_t max_tokens = 0;       // per choice, clipped to the context and the pool
+    int64_t submit_ns = 0;
+    bool forked = false;          // the n choices exist (after the first sample)
+    bool scheduled_once = false;
+    bool got_token = false;
+    int num_open = 0;             // choices not yet ended
+    std::vector<Choice> choices;  // [n]
+    RequestUsage usage;
+    // Delivered at the end of the step.
+    std::vector<TokenEvent> events;
+    std::vector<ChoiceEnd> ends;
+    bool touched = false;
+  };
+  struct Submitted {
+    RequestId id;
+    CompletionRequest req;
+    std::shared_ptr<RequestObserver> observer;
+    int64_t max_tokens;
+    int64_t submit_ns;
+  };
+  struct Owner {
+    Request* request;
+    int choice;
+  };
+
+  Status validate(const CompletionRequest& r, int64_t* max_tokens) const;
+  void run_loop();
+  // The step (serving_step.cpp). Returns false when there was nothing to do.
+  bool step_locked_out();
+  void drain_inbox(bool* abort_all);
+  void admit_new(Submitted& s);
+  void sample_choice(Request& r, Choice& c, const float* logits, int64_t now);
+  void end_choice(Request& r, Choice& c, FinishReason reason);
+  void finish_request(Request& r, const Status& status);  // delivers; erases r
+  void deliver(Request& r);
+  void fork_choices(Request& r);
+  void publish_metrics();
+  void run_integrity_checks();  // on the loop thread, between steps
+
+  std::unique_ptr<Engine> engine_;
+  std::shared_ptr<const model::Tokenizer> tokenizer_;
+  ServingConfig config_;          // clipped to the engine
+  const Clock* clock_;
+  int64_t n_vocab_ = 0;
+  int64_t pool_tokens_ = 0;       // the whole KV pool, in tokens
+  Scheduler scheduler_;
+
+  // Loop state.
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::unordered_map<SchedSeqId, Owner> owners_;
+  std::vector<Engine::StepSeq> step_seqs_;  // [max_num_seqs]
+  std::vector<float> logits_;               // [max_num_seqs, n_vocab] rows of completing sequences
+  std::vector<float> row_;                  // [n_vocab] a choice's copy (penalties edit it)
+  std::vector<int32_t> index_scratch_;      // [n_vocab]
+  TokenLogprobs logprobs_;
+  std::vector<Request*> touched_;           // requests with events this step
+  std::vector<Submitted> inbox_local_;
+  std::vector<RequestId> aborts_local_;
+  ServingMetrics loop_metrics_;
+
+  // Shared with submitters, under mutex_.
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<Submitted> inbox_;
+  std::vector<RequestId> aborts_;
+  RequestId next_id_ = 1;
+  int64_t num_waiting_ = 0;       // waiting requests in the scheduler at the last publish
+  bool accepting_ = true;
+  bool stopping_ = false;
+  bool abort_all_ = false;
+  bool started_ = false;
+  bool loop_running_ = false;
+  int64_t integrity_requests_ = 0, integrity_done_ = 0;  // check_integrity() hand-off
+  std::condition_variable integrity_checked_;
+  ServingMetrics published_;
+  std::thread loop_;
+};
+
+}  // namespace pagoda::engine

@@ -1,0 +1,211 @@
+// ServingEngine's step: inbox -> schedule -> one forward pass -> sample -> deliver (the steps
+// are listed at the top of engine/serving_engine.h).
+#include <algorithm>
+
+#include "engine/serving_engine.h"
+
+namespace pagoda::engine {
+
+void ServingEngineImpl::drain_inbox(bool* abort_all) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::swap(inbox_local_, inbox_);
+  std::swap(aborts_local_, aborts_);
+  *abort_all = abort_all_;
+}
+
+void ServingEngineImpl::admit_new(Submitted& s) {
+  auto r = std::make_unique<Request>();
+  r->id = s.id;
+  r->req = std::move(s.req);
+  r->observer = std::move(s.observer);
+  r->max_tokens = s.max_tokens;
+  r->submit_ns = s.submit_ns;
+  r->usage.prompt_tokens = static_cast<int64_t>(r->req.prompt.size());
+  r->num_open = r->req.n;
+  r->choices.reserve(r->req.n);
+  for (int i = 0; i < r->req.n; ++i) {
+    SamplingParams p = r->req.sampling;
+    p.seed = r->req.sampling.seed + static_cast<uint64_t>(i);
+    r->choices.emplace_back(i, p, n_vocab_);
+    r->choices.back().text.emplace(*tokenizer_, r->req.stop);
+  }
+  const SeqKey key{r->req.priority, static_cast<uint64_t>(r->id), 0};
+  const kvcache::KvNamespace ns = engine_->kv_namespace(r->req.cache_salt);
+  SchedSequence& seq = scheduler_.add(key, r->req.prompt, r->usage.prompt_tokens + r->max_tokens, r->req.n, ns);
+  r->choices[0].seq = seq.id;
+  owners_[seq.id] = {r.get(), 0};
+  requests_[r->id] = std::move(r);
+}
+
+void ServingEngineImpl::fork_choices(Request& r) {
+  r.forked = true;
+  SchedSequence& parent = scheduler_.get(r.choices[0].seq);
+  for (size_t i = 1; i < r.choices.size(); ++i) {
+    const SeqKey key{r.req.priority, static_cast<uint64_t>(r.id), static_cast<int32_t>(i)};
+    SchedSequence& child = scheduler_.fork(parent, key);
+    r.choices[i].seq = child.id;
+    owners_[child.id] = {&r, static_cast<int>(i)};
+  }
+}
+
+void ServingEngineImpl::sample_choice(Request& r, Choice& c, const float* logits, int64_t now) {
+  SchedSequence& seq = scheduler_.get(c.seq);
+  std::copy(logits, logits + n_vocab_, row_.begin());  // the sampler's penalty edits its row
+  const int32_t token = c.sampler.sample(row_, seq.tokens);
+  ++c.num_generated;
+  ++r.usage.completion_tokens;
+  ++loop_metrics_.generation_tokens;
+  if (!r.got_token) {
+    r.got_token = true;
+    r.usage.ttft_s = static_cast<double>(now - r.submit_ns) * 1e-9;
+    loop_metrics_.ttft.observe(r.usage.ttft_s);
+  }
+  if (c.num_generated > 1) loop_metrics_.inter_token.observe(static_cast<double>(now - c.last_token_ns) * 1e-9);
+  c.last_token_ns = now;
+  if (!r.touched) {
+    r.touched = true;
+    touched_.push_back(&r);
+  }
+  const auto& stop_ids = r.req.stop_token_ids;
+  if ((!r.req.ignore_eos && token == tokenizer_->eos_id()) ||
+      std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+    end_choice(r, c, FinishReason::kStop);  // the stop token is counted, never shown
+    return;
+  }
+  TokenEvent& ev = r.events.emplace_back();
+  ev.choice = c.index;
+  ev.token = token;
+  if (r.req.logprobs >= 0) {
+    log_softmax_top(std::span<const float>(logits, n_vocab_), token, r.req.logprobs, index_scratch_, logprobs_);
+    ev.chosen = {token, logprobs_.chosen};
+    for (size_t i = 0; i < logprobs_.top_ids.size(); ++i) ev.top.push_back({logprobs_.top_ids[i], logprobs_.top_logprobs[i]});
+  }
+  if (c.text->push(token, ev.text)) {
+    end_choice(r, c, FinishReason::kStop);
+  } else if (c.num_generated >= r.max_tokens) {
+    end_choice(r, c, FinishReason::kLength);
+  } else {
+    seq.tokens.push_back(token);  // fed by the next step
+  }
+}
+
+void ServingEngineImpl::end_choice(Request& r, Choice& c, FinishReason reason) {
+  ChoiceEnd& end = r.ends.emplace_back();
+  end.choice = c.index;
+  end.reason = reason;
+  if (!c.text->stopped()) c.text->finish(end.text);
+  c.done = true;
+  --r.num_open;
+  scheduler_.remove(c.seq);  // its blocks are free (or cached) from now on
+  owners_.erase(c.seq);
+  c.seq = -1;
+  ++(reason == FinishReason::kStop ? loop_metrics_.finished_stop : loop_metrics_.finished_length);
+}
+
+void ServingEngineImpl::deliver(Request& r) {
+  r.touched = false;
+  if (!r.events.empty()) r.observer->on_tokens(r.events);
+  r.events.clear();
+  for (const ChoiceEnd& end : r.ends) r.observer->on_choice_end(end);
+  r.ends.clear();
+  if (r.num_open == 0) finish_request(r, Status::ok());
+}
+
+void ServingEngineImpl::finish_request(Request& r, const Status& status) {
+  for (Choice& c : r.choices) {
+    if (c.seq < 0) continue;
+    scheduler_.remove(c.seq);
+    owners_.erase(c.seq);
+    c.seq = -1;
+  }
+  r.usage.e2e_s = static_cast<double>(clock_->now_ns() - r.submit_ns) * 1e-9;
+  loop_metrics_.e2e.observe(r.usage.e2e_s);
+  if (status.code() == StatusCode::kAborted || status.code() == StatusCode::kUnavailable) {
+    ++loop_metrics_.finished_abort;
+  } else if (!status.is_ok()) {
+    ++loop_metrics_.finished_error;
+  }
+  std::shared_ptr<RequestObserver> observer = std::move(r.observer);
+  const RequestUsage usage = r.usage;
+  requests_.erase(r.id);  // r is gone
+  observer->on_finish(status, usage);
+}
+
+bool ServingEngineImpl::step_locked_out() {
+  bool abort_all = false;
+  drain_inbox(&abort_all);
+  bool worked = !inbox_local_.empty() || !aborts_local_.empty();
+  for (Submitted& s : inbox_local_) admit_new(s);
+  inbox_local_.clear();
+  for (RequestId id : aborts_local_) {
+    auto it = requests_.find(id);
+    if (it != requests_.end()) finish_request(*it->second, Status::aborted("request " + std::to_string(id) + " aborted"));
+  }
+  aborts_local_.clear();
+  if (abort_all) {
+    while (!requests_.empty()) finish_request(*requests_.begin()->second, Status::unavailable("the server is shutting down"));
+  }
+  if (requests_.empty()) {
+    publish_metrics();
+    return worked;
+  }
+
+  const StepPlan& plan = scheduler_.schedule();
+  const int64_t now = clock_->now_ns();
+  for (const SchedSequence* s : plan.preempted) {
+    ++owners_.at(s->id).request->usage.preemptions;
+    ++loop_metrics_.preemptions;
+  }
+  loop_metrics_.prefix_queried_tokens += plan.prefix_queried_tokens;
+  loop_metrics_.prefix_hit_tokens += plan.prefix_hit_tokens;
+  for (const SchedSequence* s : plan.admitted) {
+    Request& r = *owners_.at(s->id).request;
+    if (r.scheduled_once) continue;
+    r.scheduled_once = true;
+    r.usage.queue_s = static_cast<double>(now - r.submit_ns) * 1e-9;
+    r.usage.cached_tokens = s->admitted_cached;
+    loop_metrics_.queue.observe(r.usage.queue_s);
+    loop_metrics_.prompt_tokens += r.usage.prompt_tokens;
+  }
+  if (plan.scheduled.empty()) {  // cannot happen while a request waits (the scheduler progresses)
+    publish_metrics();
+    return worked || !plan.preempted.empty();
+  }
+
+  step_seqs_.clear();
+  for (const ScheduledSeq& e : plan.scheduled) {
+    step_seqs_.push_back({e.seq->kv, std::span<const int32_t>(e.seq->tokens).subspan(e.begin, e.n_tokens), e.completes()});
+  }
+  const Status status = engine_->step(step_seqs_, /*all_rows=*/false, logits_.data());
+  if (!status.is_ok()) {  // a broken promise of the scheduler: fail what was in the step
+    std::vector<RequestId> failed;
+    for (const ScheduledSeq& e : plan.scheduled) failed.push_back(owners_.at(e.seq->id).request->id);
+    for (RequestId id : failed) {
+      auto it = requests_.find(id);
+      if (it != requests_.end()) finish_request(*it->second, status.with_context("forward step"));
+    }
+    publish_metrics();
+    return true;
+  }
+  ++loop_metrics_.steps;
+  const int64_t t = clock_->now_ns();
+  int64_t row = 0;
+  for (const ScheduledSeq& e : plan.scheduled) {
+    if (!step_seqs_[&e - plan.scheduled.data()].logits) continue;
+    const float* logits = logits_.data() + row++ * n_vocab_;
+    const Owner owner = owners_.at(e.seq->id);
+    Request& r = *owner.request;
+    if (!r.forked) {  // the prompt's first sample: fork the choices, each draws from this row
+      fork_choices(r);
+      for (Choice& c : r.choices) sample_choice(r, c, logits, t);
+    } else {
+      sample_choice(r, r.choices[owner.choice], logits, t);
+    }
+  }
+  for (Request* r : touched_) deliver(*r);
+  touched_.clear();
+  publish_metrics();
+  return true;
+}
+
+}  // namespace pagoda::engine
