@@ -10,6 +10,7 @@
 #include <emmintrin.h>
 
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "core/buffer.h"
@@ -27,7 +28,9 @@ constexpr int64_t kNIn = 2048;   // a 1B-class model's FFN up/gate: [5632, 2048]
 constexpr int64_t kNOut = 5632;
 constexpr size_t kColdBytes = size_t{192} << 20;  // well past a 32 MB L3
 
-constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+constexpr DType kDTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                             DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr int kNumDTypes = static_cast<int>(std::size(kDTypes));
 
 // `copies` identical weight matrices [kNOut, kNIn] in separate memory.
 struct WeightSet {
@@ -145,18 +148,19 @@ void BM_ReadBandwidth(benchmark::State& state) {
 
 void decode_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"dtype", "tokens", "cold", "threads", "isa"});
-  for (int d = 0; d < 5; ++d) b->Args({d, 1, 1, kThreads, -1});  // the number that matters
-  for (int d = 0; d < 5; ++d) b->Args({d, 1, 1, 1, -1});
-  for (int d = 0; d < 5; ++d) b->Args({d, 1, 0, 1, -1});
-  for (int d = 0; d < 5; ++d) b->Args({d, 1, 1, kThreads, static_cast<int>(Isa::kAvx2)});
-  for (int d = 0; d < 5; ++d) b->Args({d, 4, 1, kThreads, -1});
-  for (int d = 0; d < 5; ++d) b->Args({d, 7, 1, kThreads, -1});
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 1, kThreads, -1});  // the number that matters
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 1, 1, -1});
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 0, 1, -1});
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 1, kThreads, static_cast<int>(Isa::kAvx2)});
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 4, 1, kThreads, -1});
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 7, 1, kThreads, -1});
+  for (int d = 5; d < kNumDTypes; ++d) b->Args({d, 1, 0, 1, static_cast<int>(Isa::kScalar)});  // k-quant references
   b->UseRealTime();
 }
 
 void prefill_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"dtype", "tokens"});
-  for (int d = 0; d < 5; ++d) b->Args({d, 512});
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 512});
   b->Args({4, 64});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }

@@ -2,6 +2,7 @@
 # Pagoda vs llama.cpp, side by side, on the same GGUF files: prints the BENCHMARKS.md table.
 #
 #   bench/run_side_by_side.sh [--out DIR] [--reps N] [--models SHAPE:DTYPE,...] [--remake] [--force]
+#     DTYPE: any `pagoda make-model --dtype` (f32, f16, q8_0, q4_k, ..., or the llama.cpp mix q4_k_m)
 #   bench/run_side_by_side.sh --table-only DIR [--models ...]   # re-print a saved run's table
 #
 # Needs a Release build (build/bin/pagoda, build/bin/membw_bench; BUILD_DIR=... to change) and
@@ -25,7 +26,7 @@ DECODE_PROMPT_TOKENS="${DECODE_PROMPT_TOKENS:-16}"  # llama.cpp: untimed prompt 
 PAGODA_THREADS="${PAGODA_THREADS:-2}"
 PEER_THREADS="${PEER_THREADS:-1,2}"
 REPS=5
-MODELS="llama-110m:f32,llama-110m:f16,tinyllama-1.1b:f16,tinyllama-1.1b:q8_0"
+MODELS="llama-110m:f32,llama-110m:f16,tinyllama-1.1b:f16,tinyllama-1.1b:q8_0,tinyllama-1.1b:q4_k_m"
 OUT=""
 TABLE_ONLY=""
 REMAKE=0
@@ -42,7 +43,7 @@ while [[ $# -gt 0 ]]; do
     --table-only) TABLE_ONLY="${2:?--table-only needs a folder}"; shift 2 ;;
     --remake) REMAKE=1; shift ;;
     --force) FORCE=1; shift ;;
-    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done

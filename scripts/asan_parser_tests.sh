@@ -17,5 +17,5 @@ cmake --build "$build" --target model_tests -j "$jobs"
 # Any sanitizer finding aborts the process, so it cannot pass silently.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
-echo "asan_parser_tests: running $build/bin/model_tests --gtest_filter='Gguf*:Llama2c*:Tokenizer*'"
-"$build/bin/model_tests" --gtest_filter='Gguf*:Llama2c*:Tokenizer*'
+echo "asan_parser_tests: running $build/bin/model_tests --gtest_filter='Gguf*:Llama2c*:Tokenizer*:BpeTokenizer*:PreTokenizer*:ByteLevel*:HfTokenizerErrors*'"
+"$build/bin/model_tests" --gtest_filter='Gguf*:Llama2c*:Tokenizer*:BpeTokenizer*:PreTokenizer*:ByteLevel*:HfTokenizerErrors*'

@@ -67,9 +67,9 @@ int info(const std::string& path, const std::string& tokenizer_path, bool all_ke
 int make_model(const std::string& shape_name, const std::string& dtype_name_str, const std::string& out, uint64_t seed) {
   auto shape = model::find_model_shape(shape_name);
   if (!shape.is_ok()) return fail(shape.status());
-  auto dtype = dtype_from_name(dtype_name_str);
-  if (!dtype.has_value()) return fail(Status::error("unknown dtype '" + dtype_name_str + "' (f32, f16, bf16, q8_0, q4_0)"));
-  auto file = model::make_random_model(*shape, *dtype, seed);
+  auto mix = model::find_weight_mix(dtype_name_str);
+  if (!mix.is_ok()) return fail(mix.status());
+  auto file = model::make_random_model(*shape, *mix, seed);
   if (!file.is_ok()) return fail(file.status());
   Status s = file->write(out);
   if (!s.is_ok()) return fail(s);
@@ -108,7 +108,8 @@ void register_make_model(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("make-model", "write a random-weight GGUF of a named shape");
   cmd->add_option("--shape", o->shape, "default, tiny, llama-110m, tinyllama-1.1b");
-  cmd->add_option("--dtype", o->dtype, "f32, f16, bf16, q8_0, q4_0");
+  cmd->add_option("--dtype", o->dtype,
+                  "weights: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or a llama.cpp mix: q4_k_m, q5_k_m");
   cmd->add_option("-o,--output", o->out, "output .gguf")->required();
   cmd->add_option("--seed", o->seed, "weights seed");
   cmd->callback([o, &exit_code] { exit_code = make_model(o->shape, o->dtype, o->out, o->seed); });

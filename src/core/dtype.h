@@ -1,7 +1,8 @@
 // Element types of weights and KV, with their storage geometry.
 //
 // Quantized types are stored in blocks: `block_elems` values share one block of
-// `block_bytes` bytes (GGUF/ggml definitions for Q8_0 and Q4_0). Plain types have
+// `block_bytes` bytes (GGUF/ggml definitions for Q8_0, Q4_0 and the k-quants; the block
+// layouts are in kernels/quant.h and kernels/kquant.h). Plain types have
 // block_elems == 1. Row bytes = n / block_elems * block_bytes (n a multiple of block_elems).
 #pragma once
 
@@ -20,10 +21,13 @@ enum class DType : uint8_t {
   kQ8_0,  // 32 values: f16 scale d, 32 x int8 q; x = d * q
   kQ4_0,  // 32 values: f16 scale d, 16 bytes of nibbles; x = d * (q - 8);
           // byte j holds value j (low nibble) and value j + 16 (high nibble)
+  kQ4_K,  // 256 values in 8 sub-blocks of 32 with 6-bit scales and mins: 144 bytes
+  kQ5_K,  // as Q4_K plus a fifth bit per value: 176 bytes
+  kQ6_K,  // 256 values in 16 sub-blocks of 16 with int8 scales, 6-bit quants: 210 bytes
 };
 
 struct DTypeInfo {
-  std::string_view name;  // "f32", "f16", "bf16", "q8_0", "q4_0"
+  std::string_view name;  // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"
   int block_elems;
   int block_bytes;
 };

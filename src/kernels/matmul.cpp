@@ -59,7 +59,7 @@ float dot_row_float(DType dtype, const uint8_t* w_row, const float* x, int64_t n
   return sum;
 }
 
-bool is_quantized(DType dtype) { return dtype == DType::kQ8_0 || dtype == DType::kQ4_0; }
+bool is_quantized(DType dtype) { return dtype == DType::kQ8_0 || dtype == DType::kQ4_0; }  // x as Q8_0
 
 // ---- the scalar kernel table ----
 
@@ -79,6 +79,12 @@ void quantize_x_scalar(const float* x, int64_t n, int8_t* qs, float* d, float* d
 
 void decode_rows_scalar(const WeightView& w, const detail::DecodeX& x, int64_t o_begin, int64_t o_end,
                         float* y, int64_t ldy) {
+  if (is_kquant(w.dtype)) {
+    const int64_t nb = w.n_in / kQK_K;
+    for (int64_t o = o_begin; o < o_end; ++o)
+      for (int64_t t = 0; t < x.n_tokens; ++t) y[t * ldy + o] = dot_kquant_q8k(w.dtype, w.row(o), x.q8k + t * nb, w.n_in);
+    return;
+  }
   for (int64_t o = o_begin; o < o_end; ++o) {
     for (int64_t t = 0; t < x.n_tokens; ++t) {
       y[t * ldy + o] = is_quantized(w.dtype)
@@ -135,6 +141,14 @@ void matmul_reference(const WeightView& w, const float* x, int64_t n_tokens, flo
 }
 
 void matmul_decode_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  if (is_kquant(w.dtype)) {
+    std::vector<BlockQ8_K> xq(static_cast<size_t>(w.n_in / kQK_K));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      quantize_row_q8_k(x + t * w.n_in, xq.data(), w.n_in);
+      for (int64_t o = 0; o < w.n_out; ++o) y[t * w.n_out + o] = dot_kquant_q8k(w.dtype, w.row(o), xq.data(), w.n_in);
+    }
+    return;
+  }
   const int64_t nb = w.n_in / kQK;
   std::vector<float> row(static_cast<size_t>(w.n_in));
   std::vector<BlockQ8_0> xq(static_cast<size_t>(is_quantized(w.dtype) ? nb : 0));
@@ -202,6 +216,7 @@ Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max
   x_d_.resize(static_cast<size_t>(max_blocks * detail::kDecodeLanes));
   x_ds_.resize(x_d_.size());
   x_extra_.resize(detail::matmul_kernels(isa).extra_bytes(decode_tokens, max_blocks * kQK) + 64);
+  x_q8k_.resize(static_cast<size_t>(decode_tokens * (max_in / kQK_K)));
   if (max_tokens >= kBlasMinTokens) {
     w_scratch_.resize(static_cast<size_t>(pool.num_threads()));
     for (auto& scratch : w_scratch_) scratch.resize(static_cast<size_t>(kBlasRowChunk * max_in));
@@ -226,7 +241,11 @@ void Matmul::run_decode(const WeightView& w, const float* x, int64_t n_tokens, f
   detail::DecodeX dx;
   dx.n_tokens = n_tokens;
   dx.n_in = w.n_in;
-  if (is_quantized(w.dtype)) {
+  if (is_kquant(w.dtype)) {
+    const int64_t nb = w.n_in / kQK_K;
+    for (int64_t t = 0; t < n_tokens; ++t) quantize_row_q8_k(x + t * w.n_in, x_q8k_.data() + t * nb, w.n_in);
+    dx.q8k = x_q8k_.data();
+  } else if (is_quantized(w.dtype)) {
     for (int64_t t = 0; t < n_tokens; ++t) {
       kernels.quantize_x(x + t * w.n_in, w.n_in, x_qs_.data() + t * w.n_in, x_d_.data() + t, x_ds_.data() + t,
                          detail::kDecodeLanes);

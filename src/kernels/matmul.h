@@ -9,7 +9,8 @@
 //   - decode (n_tokens < kBlasMinTokens): SIMD dot products, output rows split over the pool.
 //     Each weight block is read once for all tokens of the call (so 2..7 tokens cost little
 //     more memory traffic than 1). For Q8_0/Q4_0 weights x is first quantized to Q8_0 and
-//     dotted in integers (as ggml does). Memory-bandwidth bound on one token.
+//     dotted in integers (as ggml does); for k-quant weights (Q4_K/Q5_K/Q6_K) x is quantized
+//     to Q8_K (256-value blocks) and dotted per super-block. Memory-bandwidth bound on one token.
 //   - prefill (n_tokens >= kBlasMinTokens): each thread dequantizes a chunk of weight rows to
 //     f32 and calls single-threaded OpenBLAS sgemm on it (F32 weights go to sgemm directly).
 // Decode is compared against `matmul_decode_reference` (to float rounding), prefill against
@@ -23,6 +24,7 @@
 #include "core/buffer.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/kquant.h"
 
 namespace pagoda::kernels {
 
@@ -39,7 +41,8 @@ struct WeightView {
 void matmul_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y);
 
 // Scalar reference of the decode path's arithmetic (for Q8_0/Q4_0: x quantized to Q8_0,
-// integer block dots times the two scales, summed in float). Fast kernels must match it
+// integer block dots times the two scales, summed in float; for k-quants: x quantized to
+// Q8_K and dotted as kernels/kquant.h's dot_kquant_q8k). Fast kernels must match it
 // to float rounding; for F32/F16/BF16 it equals a float dot product.
 void matmul_decode_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y);
 
@@ -78,6 +81,7 @@ class Matmul {
   std::vector<float> x_d_;                     // [max_in / 32, kBlasMinTokens] block scales
   std::vector<float> x_ds_;                    // [max_in / 32, kBlasMinTokens] scale * sum(quants)
   std::vector<uint8_t> x_extra_;               // ISA-specific, kernels' extra_bytes() (+ 64 to align)
+  std::vector<BlockQ8_K> x_q8k_;               // [decode tokens, max_in / 256], for k-quant weights
   std::vector<std::vector<float>> w_scratch_;  // per thread: [kBlasRowChunk, max_in] f32
 };
 

@@ -227,6 +227,10 @@ void rows_tile(const WeightView& w, const DecodeX& x, int64_t o_begin, int64_t o
       return rows_quant<NT, R, U, Q8Block>(w, x, o_begin, o_end, y, ldy);
     case DType::kQ4_0:
       return rows_quant<NT, R, U, Q4Block>(w, x, o_begin, o_end, y, ldy);
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return;  // decode_rows sends these to decode_rows_kquant_avx2
   }
 }
 
@@ -253,6 +257,7 @@ void decode_tiles(const WeightView& w, const DecodeX& x, int64_t o_begin, int64_
 // More than kTile tokens: all tiles run over a few rows at a time, so that each weight row is
 // read from memory once (and from cache for the later tiles).
 void decode_rows(const WeightView& w, const DecodeX& x, int64_t o_begin, int64_t o_end, float* y, int64_t ldy) {
+  if (is_kquant(w.dtype)) return decode_rows_kquant_avx2(w, x, o_begin, o_end, y, ldy);
   if (x.n_tokens <= kTile) return decode_tiles(w, x, o_begin, o_end, y, ldy);
   constexpr int64_t kRowsPerChunk = 16;
   for (int64_t o = o_begin; o < o_end; o += kRowsPerChunk) {
@@ -306,6 +311,7 @@ void quantize_x(const float* x, int64_t n, int8_t* qs, float* d, float* ds, int6
 
 void dequantize_rows_avx2(const WeightView& w, int64_t o_begin, int64_t n_rows, float* dst) {
   const int64_t n = w.n_in;
+  if (is_kquant(w.dtype)) return dequantize_rows_kquant_avx2(w, o_begin, n_rows, dst);
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* row = w.row(o_begin + r);
     float* out = dst + r * n;
@@ -345,6 +351,10 @@ void dequantize_rows_avx2(const WeightView& w, int64_t o_begin, int64_t n_rows, 
           }
         }
         break;
+      case DType::kQ4_K:
+      case DType::kQ5_K:
+      case DType::kQ6_K:
+        break;  // handled above
     }
   }
 }

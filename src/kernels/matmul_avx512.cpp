@@ -314,11 +314,16 @@ void rows_tile(const WeightView& w, const DecodeX& x, int64_t o_begin, int64_t o
       return rows_quant<NT, R, Q8Block>(w, x, o_begin, o_end, y, ldy);
     case DType::kQ4_0:
       return rows_quant<NT, R, Q4Block>(w, x, o_begin, o_end, y, ldy);
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return;  // decode_rows sends these to decode_rows_kquant_avx512
   }
 }
 
 void decode_rows(const WeightView& w, const DecodeX& x, int64_t o_begin, int64_t o_end, float* y, int64_t ldy) {
   static_assert(kTile >= Matmul::kBlasMinTokens - 1);
+  if (is_kquant(w.dtype)) return decode_rows_kquant_avx512(w, x, o_begin, o_end, y, ldy);
   switch (x.n_tokens) {
     case 1: return rows_tile<1>(w, x, o_begin, o_end, y, ldy);
     case 2: return rows_tile<2>(w, x, o_begin, o_end, y, ldy);

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/kquant.h"
 #include "kernels/matmul.h"
 
 namespace pagoda::kernels::detail {
@@ -23,12 +24,14 @@ static_assert(Matmul::kBlasMinTokens <= kDecodeLanes);
 //     d[b * kDecodeLanes + t]     scale of block b of token t (the f16 value, as f32)
 //     ds[b * kDecodeLanes + t]    d * sum of that block's quants (offset corrections)
 //   extra: whatever else the ISA's kernels precompute from the above (prepare_extra).
+//   Q4_K/Q5_K/Q6_K weights: x quantized to Q8_K blocks (exactly quantize_row_q8_k), `q8k`.
 struct DecodeX {
   const float* f32 = nullptr;   // [n_tokens, n_in]
   const int8_t* qs = nullptr;   // [n_tokens, n_in]
   const float* d = nullptr;     // [n_in / 32, kDecodeLanes]
   const float* ds = nullptr;    // [n_in / 32, kDecodeLanes]
   const void* extra = nullptr;  // extra_bytes(n_tokens, n_in) bytes, 64-byte aligned
+  const BlockQ8_K* q8k = nullptr;  // [n_tokens, n_in / 256], k-quant weights only
   int64_t n_tokens = 0;         // 1 .. kDecodeLanes - 1
   int64_t n_in = 0;
 };
@@ -51,6 +54,17 @@ const MatmulKernels& matmul_kernels(Isa isa);
 const MatmulKernels& matmul_kernels_scalar();
 const MatmulKernels& matmul_kernels_avx2();
 const MatmulKernels& matmul_kernels_avx512();
+
+// k-quant weight rows against Q8_K x, same contract as MatmulKernels::decode_rows
+// (kernels/matmul_kquant_avx2.cpp, matmul_kquant_avx512.cpp).
+void decode_rows_kquant_avx2(const WeightView& w, const DecodeX& x, int64_t o_begin, int64_t o_end, float* y,
+                             int64_t ldy);
+void decode_rows_kquant_avx512(const WeightView& w, const DecodeX& x, int64_t o_begin, int64_t o_end, float* y,
+                               int64_t ldy);
+
+// dst [n_rows, n_in] = k-quant rows dequantized, bit-identical to dequantize_row
+// (matmul_kquant_avx2.cpp; AVX-512 CPUs run it too).
+void dequantize_rows_kquant_avx2(const WeightView& w, int64_t o_begin, int64_t n_rows, float* dst);
 
 // Shared by the tables (defined in matmul_avx2.cpp; AVX-512 CPUs run it too).
 void dequantize_rows_avx2(const WeightView& w, int64_t o_begin, int64_t n_rows, float* dst);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/kquant.h"
 
 namespace pagoda::kernels {
 
@@ -93,6 +94,11 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n) {
     case DType::kQ4_0:
       dequantize_q4_0(static_cast<const BlockQ4_0*>(src), dst, n);
       return;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      dequantize_row_kquant(dtype, src, dst, n);
+      return;
   }
   CHECK(false) << "dequantize_row: unknown dtype " << static_cast<int>(dtype);
 }
@@ -118,6 +124,11 @@ void quantize_row(DType dtype, const float* src, void* dst, int64_t n) {
       return;
     case DType::kQ4_0:
       quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), n);
+      return;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      quantize_row_kquant(dtype, src, dst, n);
       return;
   }
   CHECK(false) << "quantize_row: unknown dtype " << static_cast<int>(dtype);

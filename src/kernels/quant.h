@@ -4,7 +4,8 @@
 //   Q4_0: 32 values per block { f16 d; uint8 qs[16]; }         x[j]      = d * ((qs[j] & 15) - 8)
 //                                                                x[j + 16] = d * ((qs[j] >> 4) - 8)
 // Quantizers follow ggml's reference rounding so files we write match llama.cpp's.
-// All functions are scalar references; fast paths live behind kernels/matmul.h.
+// The k-quants (Q4_K, Q5_K, Q6_K) are defined in kernels/kquant.h; the two functions below
+// handle every DType. All functions are scalar references; fast paths live behind kernels/matmul.h.
 #pragma once
 
 #include <cstdint>

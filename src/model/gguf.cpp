@@ -170,6 +170,9 @@ std::optional<DType> dtype_from_ggml_type(uint32_t ggml_type) {
     case kGgmlTypeBF16: return DType::kBF16;
     case kGgmlTypeQ8_0: return DType::kQ8_0;
     case kGgmlTypeQ4_0: return DType::kQ4_0;
+    case kGgmlTypeQ4_K: return DType::kQ4_K;
+    case kGgmlTypeQ5_K: return DType::kQ5_K;
+    case kGgmlTypeQ6_K: return DType::kQ6_K;
     default: return std::nullopt;
   }
 }
@@ -181,6 +184,9 @@ uint32_t ggml_type_from_dtype(DType dtype) {
     case DType::kBF16: return kGgmlTypeBF16;
     case DType::kQ8_0: return kGgmlTypeQ8_0;
     case DType::kQ4_0: return kGgmlTypeQ4_0;
+    case DType::kQ4_K: return kGgmlTypeQ4_K;
+    case DType::kQ5_K: return kGgmlTypeQ5_K;
+    case DType::kQ6_K: return kGgmlTypeQ6_K;
   }
   CHECK(false) << "unknown dtype " << static_cast<int>(dtype);
   return 0;

@@ -42,6 +42,9 @@ inline constexpr uint32_t kGgmlTypeF32 = 0;
 inline constexpr uint32_t kGgmlTypeF16 = 1;
 inline constexpr uint32_t kGgmlTypeQ4_0 = 2;
 inline constexpr uint32_t kGgmlTypeQ8_0 = 8;
+inline constexpr uint32_t kGgmlTypeQ4_K = 12;
+inline constexpr uint32_t kGgmlTypeQ5_K = 13;
+inline constexpr uint32_t kGgmlTypeQ6_K = 14;
 inline constexpr uint32_t kGgmlTypeBF16 = 30;
 
 struct GgmlTypeInfo {

@@ -10,18 +10,7 @@
 namespace pagoda::model {
 
 namespace {
-constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ8_0 = 8, kGgmlBF16 = 30;
-
-uint32_t ggml_type_of(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return kGgmlF32;
-    case DType::kF16: return kGgmlF16;
-    case DType::kBF16: return kGgmlBF16;
-    case DType::kQ8_0: return kGgmlQ8_0;
-    case DType::kQ4_0: return kGgmlQ4_0;
-  }
-  return kGgmlF32;
-}
+constexpr uint32_t kGgmlF32 = 0;
 
 // Adds a [n_out, n_in] matrix of random values stored as `dtype`.
 Status add_random_matrix(GgufFile& file, const std::string& name, int64_t n_out, int64_t n_in, DType dtype,
@@ -34,7 +23,7 @@ Status add_random_matrix(GgufFile& file, const std::string& name, int64_t n_out,
     for (auto& v : row) v = rng.uniform(-a, a);
     kernels::quantize_row(dtype, row.data(), data.data() + o * row_bytes, n_in);
   }
-  return file.add_tensor(name, {n_in, n_out}, ggml_type_of(dtype), data.data(), data.size());
+  return file.add_tensor(name, {n_in, n_out}, ggml_type_from_dtype(dtype), data.data(), data.size());
 }
 
 Status add_random_vector(GgufFile& file, const std::string& name, int64_t n, Rng& rng) {
@@ -106,19 +95,62 @@ Vocab make_synthetic_vocab(int64_t n_vocab) {
   return v;
 }
 
+Result<WeightMix> find_weight_mix(const std::string& name) {
+  struct Known {
+    const char* name;
+    DType base;
+    bool k_m;
+    uint32_t file_type;
+  };
+  static constexpr Known kMixes[] = {
+      {"f32", DType::kF32, false, 0},     {"f16", DType::kF16, false, 1},     {"bf16", DType::kBF16, false, 32},
+      {"q8_0", DType::kQ8_0, false, 7},   {"q4_0", DType::kQ4_0, false, 2},   {"q4_k", DType::kQ4_K, false, 14},
+      {"q5_k", DType::kQ5_K, false, 16},  {"q6_k", DType::kQ6_K, false, 18},  {"q4_k_m", DType::kQ4_K, true, 15},
+      {"q5_k_m", DType::kQ5_K, true, 17},
+  };
+  std::string known;
+  for (const Known& k : kMixes) {
+    if (name == k.name) return WeightMix{k.name, k.base, k.k_m, k.file_type};
+    known += (known.empty() ? "" : ", ") + std::string(k.name);
+  }
+  return Status::invalid_argument("unknown weight type '" + name + "' (known: " + known + ")");
+}
+
+DType weight_dtype(const WeightMix& mix, const std::string& tensor, int64_t n_in, int64_t n_layer) {
+  DType dtype = mix.base;
+  if (mix.k_m) {
+    int layer = -1;
+    char role[32] = {};
+    const bool per_layer = std::sscanf(tensor.c_str(), "blk.%d.%31[a-z_]", &layer, role) == 2;
+    const int64_t n = n_layer, i = layer;
+    const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+    const std::string r = role;
+    if (tensor == "output.weight") dtype = DType::kQ6_K;
+    if (per_layer && (r == "attn_v" || r == "ffn_down") && more_bits) dtype = DType::kQ6_K;
+  }
+  if (n_in % dtype_info(dtype).block_elems != 0) dtype = DType::kQ8_0;  // see the header
+  return dtype;
+}
+
 Result<GgufFile> make_random_model(const ModelShape& s, DType dtype, uint64_t seed) {
+  PAGODA_ASSIGN_OR_RETURN(WeightMix mix, find_weight_mix(std::string(dtype_name(dtype))));
+  return make_random_model(s, mix, seed);
+}
+
+Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, uint64_t seed) {
   if (s.n_embd % s.n_head != 0 || s.n_head % s.n_kv_head != 0) return Status::error("bad shape " + s.name);
-  const int64_t block = dtype_info(dtype).block_elems;
-  if (s.n_embd % block != 0 || s.n_ff % block != 0) {
-    return Status::error("shape " + s.name + " does not fit " + std::string(dtype_name(dtype)) + " blocks");
+  for (int64_t n_in : {s.n_embd, s.n_ff}) {
+    if (n_in % dtype_info(weight_dtype(mix, "blk.0.ffn_up.weight", n_in, s.n_layer)).block_elems != 0) {
+      return Status::error("shape " + s.name + " does not fit " + mix.name + " blocks");
+    }
   }
   if (s.arch != "llama" && s.arch != "qwen2") return Status::error("unknown architecture " + s.arch);
   const int64_t head_dim = s.n_embd / s.n_head;
   const std::string a = s.arch + ".";
   GgufFile f;
   f.set("general.architecture", GgufValue::of_string(s.arch));
-  f.set("general.name", GgufValue::of_string("pagoda-random-" + s.name + "-" + std::string(dtype_name(dtype))));
-  f.set("general.file_type", GgufValue::of_u32(dtype == DType::kF32 ? 0 : dtype == DType::kF16 ? 1 : dtype == DType::kQ4_0 ? 2 : dtype == DType::kQ8_0 ? 7 : 32));
+  f.set("general.name", GgufValue::of_string("pagoda-random-" + s.name + "-" + mix.name));
+  f.set("general.file_type", GgufValue::of_u32(mix.file_type));
   f.set(a + "context_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ctx)));
   if (s.sliding_window > 0) {
     f.set(a + "attention.sliding_window", GgufValue::of_u32(static_cast<uint32_t>(s.sliding_window)));
@@ -136,26 +168,30 @@ Result<GgufFile> make_random_model(const ModelShape& s, DType dtype, uint64_t se
 
   Rng rng(seed);
   const int64_t q_dim = s.n_embd, kv_dim = s.n_kv_head * head_dim;
-  PAGODA_RETURN_IF_ERROR(add_random_matrix(f, "token_embd.weight", s.n_vocab, s.n_embd, dtype, rng));
+  // A [n_out, n_in] weight in the dtype the mix gives it.
+  auto add_weight = [&](const std::string& name, int64_t n_out, int64_t n_in) {
+    return add_random_matrix(f, name, n_out, n_in, weight_dtype(mix, name, n_in, s.n_layer), rng);
+  };
+  PAGODA_RETURN_IF_ERROR(add_weight("token_embd.weight", s.n_vocab, s.n_embd));
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     PAGODA_RETURN_IF_ERROR(add_ones(f, p + "attn_norm.weight", s.n_embd));
-    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "attn_q.weight", q_dim, s.n_embd, dtype, rng));
-    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "attn_k.weight", kv_dim, s.n_embd, dtype, rng));
-    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "attn_v.weight", kv_dim, s.n_embd, dtype, rng));
-    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "attn_output.weight", s.n_embd, q_dim, dtype, rng));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_q.weight", q_dim, s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_k.weight", kv_dim, s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_v.weight", kv_dim, s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_output.weight", s.n_embd, q_dim));
     if (s.arch == "qwen2") {
       PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_q.bias", q_dim, rng));
       PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_k.bias", kv_dim, rng));
       PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_v.bias", kv_dim, rng));
     }
     PAGODA_RETURN_IF_ERROR(add_ones(f, p + "ffn_norm.weight", s.n_embd));
-    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "ffn_gate.weight", s.n_ff, s.n_embd, dtype, rng));
-    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "ffn_up.weight", s.n_ff, s.n_embd, dtype, rng));
-    PAGODA_RETURN_IF_ERROR(add_random_matrix(f, p + "ffn_down.weight", s.n_embd, s.n_ff, dtype, rng));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate.weight", s.n_ff, s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_up.weight", s.n_ff, s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_down.weight", s.n_embd, s.n_ff));
   }
   PAGODA_RETURN_IF_ERROR(add_ones(f, "output_norm.weight", s.n_embd));
-  PAGODA_RETURN_IF_ERROR(add_random_matrix(f, "output.weight", s.n_vocab, s.n_embd, dtype, rng));
+  PAGODA_RETURN_IF_ERROR(add_weight("output.weight", s.n_vocab, s.n_embd));
   return f;
 }
 

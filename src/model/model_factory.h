@@ -31,8 +31,29 @@ Result<ModelShape> find_model_shape(const std::string& name);
 // A byte-level SPM vocab of n_vocab tokens (n_vocab >= 260).
 Vocab make_synthetic_vocab(int64_t n_vocab);
 
-// Builds the model in memory. 2-D weights use `dtype`; norms are f32.
+// The storage type of each 2-D weight: one dtype for all, or one of llama.cpp's k-quant mixes.
+//   "f32" .. "q6_k"  every 2-D weight in that dtype (llama.cpp's --pure)
+//   "q4_k_m", "q5_k_m"  llama.cpp's Q4_K_M / Q5_K_M rules (llama_tensor_get_type): Q4_K / Q5_K,
+//     but Q6_K for output.weight and for attn_v / ffn_down of the "more bits" layers (the
+//     first n/8, the last n/8 and every third in between: i < n/8 || i >= 7n/8 ||
+//     (i - n/8) % 3 == 2).
+// A weight whose rows (n_in) are not a multiple of 256 cannot be a k-quant: it falls back to
+// Q8_0 (llama.cpp: Q6_K -> Q8_0 as here, but Q4_K -> Q5_0 and Q5_K -> Q5_1, which Pagoda does
+// not compute with).
+struct WeightMix {
+  std::string name;
+  DType base = DType::kF32;  // every 2-D weight the rules below do not name
+  bool k_m = false;          // the _K_M rules above
+  uint32_t file_type = 0;    // general.file_type (llama.cpp's llama_ftype)
+};
+Result<WeightMix> find_weight_mix(const std::string& name);  // the names above
+// The dtype of 2-D weight `tensor` ("output.weight", "blk.3.attn_v.weight", ...) with rows of
+// n_in values, in a model of n_layer layers.
+DType weight_dtype(const WeightMix& mix, const std::string& tensor, int64_t n_in, int64_t n_layer);
+
+// Builds the model in memory. 2-D weights use `dtype` (or `mix`); norms are f32.
 Result<GgufFile> make_random_model(const ModelShape& shape, DType dtype, uint64_t seed = 1234);
+Result<GgufFile> make_random_model(const ModelShape& shape, const WeightMix& mix, uint64_t seed = 1234);
 
 // The built-in default model ("default" shape, f32, seed 1234).
 Result<GgufFile> make_default_model();

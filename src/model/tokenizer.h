@@ -1,5 +1,13 @@
-// SentencePiece-style (SPM) BPE tokenizer with byte fallback, as llama.cpp's llm_tokenizer_spm
-// and llama2.c's run.c encode() behave.
+// Tokenizers of two families, chosen by Vocab::model:
+//   kSpm: SentencePiece-style (SPM) BPE with byte fallback, merging by token score, as
+//         llama.cpp's llm_tokenizer_spm and llama2.c's run.c encode() behave (GGUF model "llama").
+//   kBpe: BPE merging by merge rank (Hugging Face "BPE", GGUF model "gpt2"), either byte-level
+//         (GPT-2 byte-to-unicode token texts, a regex pre-tokenizer, optional NFC; see bpe.cpp)
+//         or, with byte_level = false, SentencePiece-style text ("▁" for spaces, byte fallback)
+//         as Llama 2's tokenizer.json.
+//
+// Step 1 (special tokens) and decoding below hold for both; steps 2-4 are kSpm's, kBpe's are at
+// the top of bpe.cpp. Byte-level kBpe pieces are the bytes the token's characters stand for.
 //
 // Encoding (Tokenizer::encode):
 //   1. With parse_special, CONTROL and UNKNOWN token texts found in the text become those tokens;
@@ -28,6 +36,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/pre_tokenizer.h"
 
 namespace pagoda::model {
 
@@ -41,24 +50,48 @@ enum class TokenType : int32_t {
   kByte = 6,  // text is "<0xNN>"; stands for that raw byte
 };
 
-// Plain data, filled from GGUF metadata or a llama2.c tokenizer.bin.
+enum class VocabModel : int32_t {
+  kSpm = 0,  // merges by score
+  kBpe = 1,  // merges by rank (Vocab::merges)
+};
+
+// Plain data, filled from GGUF metadata, a llama2.c tokenizer.bin or a tokenizer.json.
 struct Vocab {
   std::vector<std::string> tokens;  // [n_vocab] as in GGUF: "▁" for a space, "<0xNN>" bytes
   std::vector<float> scores;        // [n_vocab] merge priority, higher merges first
   std::vector<TokenType> types;     // [n_vocab]
   int32_t bos_id = 1, eos_id = 2, unk_id = 0;  // -1 = none
   bool add_bos = true, add_eos = false, add_space_prefix = true;
+  // Which raw fragments (text between special tokens) add_space_prefix gives a "▁": by default
+  // each one at the text's start or after a special token (llama.cpp; HF's Prepend normalizer).
+  // Hugging Face's Metaspace pre-tokenizer: not when the fragment starts with a space (or "▁"),
+  // and with prepend_scheme "first" only the fragment at the text's start.
+  bool space_prefix_first_only = false;
+  bool space_prefix_unless_space = false;
+
+  VocabModel model = VocabModel::kSpm;
+  // kBpe only. merges[r] = "left right" (two token texts), rank r: lower ranks merge first.
+  std::vector<std::string> merges;
+  bool byte_level = true;       // false: SentencePiece-style text, byte fallback ("<0xNN>")
+  std::string pre = "default";  // tokenizer.ggml.pre name ("" = custom pre_regexes)
+  std::vector<std::string> pre_regexes;  // the pre-tokenizer; empty = the whole text is a piece
+  bool normalize_nfc = false;  // NFC before pre-tokenizing (Qwen2's normalizer)
+  bool ignore_merges = false;  // a piece that is a token is taken whole (Llama 3)
 };
 
 // Ok when: tokens non-empty; scores/types the same length; no NaN score; types in range;
 // bos/eos/unk ids in [-1, n_vocab) and present when add_bos/add_eos ask for them; BYTE tokens
 // spelled "<0xNN>"; every byte value has a byte token (or single-byte token), or unk_id >= 0.
+// Byte-level kBpe: every byte's byte-level character is a token, or unk_id >= 0.
+// (Tokenizer::create also checks kBpe merges and pre-tokenizer regexes.)
 Status validate_vocab(const Vocab& vocab);
 
 
 class Tokenizer {
  public:
-  // Validates the vocab and builds the lookup tables.
+  // Validates the vocab and builds the lookup tables. kBpe: every merge must be two tokens
+  // separated by one space whose concatenation is a token; pre_regexes must compile (when
+  // empty, they come from pre_tokenizer_regexes(pre) if byte_level).
   static Result<Tokenizer> create(Vocab vocab);
 
   // add_bos: prepend BOS (pass vocab().add_bos by default; requires bos_id >= 0).
@@ -89,9 +122,23 @@ class Tokenizer {
     int32_t special_id = -1;
   };
 
+  struct MergeResult {
+    int32_t rank, id;
+  };
+  using MergeMap = std::unordered_map<uint64_t, MergeResult>;  // (left id << 32 | right id)
+
   explicit Tokenizer(Vocab vocab);
+  Status init_bpe();  // kBpe (bpe.cpp): merges_ and pre_ from the vocab, or why not
   std::vector<Fragment> split_special(std::string_view text, bool parse_special) const;
   void encode_fragment(std::string_view escaped, std::vector<int32_t>& out) const;
+  // Whether the raw fragment [begin, end) of `text` gets the "▁" prefix (see Vocab).
+  bool space_prefix(std::string_view text, size_t begin, bool after_special) const;
+  // kBpe (bpe.cpp): one raw fragment (between special tokens); `prefix`: space_prefix().
+  void encode_bpe_fragment(std::string_view raw, bool prefix, std::vector<int32_t>& out) const;
+  // Merges `ids` (initial symbols; -1 = not a token) by rank, leftmost first, and appends the
+  // result; a -1 left over is `fallback`'s bytes through byte fallback.
+  void bpe_merge(std::vector<int32_t>& ids, std::span<const std::string_view> fallback,
+                 std::vector<int32_t>& out) const;
   bool special_matches(int32_t id, bool parse_special) const;
   // Appends the piece of `id` to `out`, dropping its leading space when `strip_space`, and
   // updates `strip_space` for the next token (the leading-space rule of decode()).
@@ -108,6 +155,9 @@ class Tokenizer {
   std::vector<size_t> special_lengths_;         // distinct special text lengths, descending
   std::array<bool, 256> special_first_byte_{};  // some special text starts with this byte
   bool has_user_defined_ = false;
+  // kBpe
+  PreTokenizer pre_;
+  MergeMap merges_;
 };
 
 // Streaming decode for generation. push() returns only complete UTF-8 characters and holds the

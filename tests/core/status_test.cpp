@@ -78,7 +78,11 @@ TEST(DType, RowBytes) {
   EXPECT_EQ(dtype_row_bytes(DType::kQ8_0, 64), 68u);
   EXPECT_EQ(dtype_row_bytes(DType::kQ4_0, 64), 36u);
   EXPECT_EQ(dtype_from_name("q4_0"), DType::kQ4_0);
-  EXPECT_FALSE(dtype_from_name("q5_k").has_value());
+  EXPECT_EQ(dtype_row_bytes(DType::kQ4_K, 512), 288u);  // two 144-byte super-blocks
+  EXPECT_EQ(dtype_row_bytes(DType::kQ5_K, 256), 176u);
+  EXPECT_EQ(dtype_row_bytes(DType::kQ6_K, 256), 210u);
+  EXPECT_EQ(dtype_from_name("q5_k"), DType::kQ5_K);
+  EXPECT_FALSE(dtype_from_name("q3_k").has_value());
 }
 
 }  // namespace

@@ -13,7 +13,8 @@
 namespace pagoda::kernels {
 namespace {
 
-constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+constexpr DType kDTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                             DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 constexpr int64_t kMaxTokens = 33;
 constexpr int64_t kMaxIn = 4096;
 constexpr int64_t kMaxOut = 300;
@@ -91,10 +92,17 @@ struct Case {
 
 using ReferenceFn = void (*)(const WeightView&, const float*, int64_t, float*);
 
+// Row lengths for `dtype`: `n_ins`, or for the k-quants (256-value super-blocks) 1, 3 and 5
+// super-blocks.
+std::vector<int64_t> row_lengths(DType dtype, const std::vector<int64_t>& n_ins) {
+  if (dtype_info(dtype).block_elems == 256) return {256, 768, 1280};
+  return n_ins;
+}
+
 std::vector<Case> make_cases(DType dtype, const std::vector<int64_t>& n_ins, const std::vector<int64_t>& n_tokens_list,
                              ReferenceFn reference, Rng& rng) {
   std::vector<Case> cases;
-  for (int64_t n_in : n_ins)
+  for (int64_t n_in : row_lengths(dtype, n_ins))
     for (int64_t n_out : {1, 5, 17, 300}) {
       for (int64_t n_tokens : n_tokens_list) {
         Case c;
@@ -155,7 +163,7 @@ TEST_P(MatmulByDType, DecodeMatchesDecodeReference) {
 TEST_P(MatmulByDType, PrefillMatchesReference) {
   const DType dtype = GetParam();
   Rng rng(200 + static_cast<int>(dtype));
-  record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 96, 288, 4096}, {Matmul::kBlasMinTokens, kMaxTokens},
+  record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 96, 288, 4096}, {Matmul::kBlasMinTokens, 9, kMaxTokens},
                                            matmul_reference, rng)));
 }
 

@@ -140,6 +140,28 @@ TEST(Cli, CorruptTruncatedAndMissingFilesGiveClearErrors) {
   expect_clean_error(pagoda("run -m " + garbage + " --tokenizer " + stories("tok512.bin")), garbage);
 }
 
+// A llama.cpp-style Q4_K_M file: the mix of types, and the same greedy tokens on every run.
+TEST(Cli, MakeModelQ4KMRunsDeterministically) {
+  const std::string path = temp_dir() + "/default-q4_k_m.gguf";
+  Output m = pagoda("make-model --shape default --dtype q4_k_m -o " + path);
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  Output i = pagoda("info " + path);
+  EXPECT_NE(i.out.find("q4_K"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("q6_K"), std::string::npos) << i.out;
+  const std::string run = "run -m " + path + " -p 'hello world' -n 12 --temp 0 --ignore-eos --json";
+  Output a = pagoda(run);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  Output b = pagoda(run + " --threads 1");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const auto ids = nlohmann::json::parse(a.out)["token_ids"];
+  EXPECT_EQ(ids.size(), 12u);
+  EXPECT_EQ(ids, nlohmann::json::parse(b.out)["token_ids"]);
+  const std::string bytes = testing::read_file_or_empty(path);
+  const std::string cut = temp_dir() + "/cut-q4_k_m.gguf";
+  std::ofstream(cut, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() - 4096));
+  expect_clean_error(pagoda("run -m " + cut + " -n 2"), "truncated");
+}
+
 TEST(Cli, OverLongRequestsAreRefused) {
   expect_clean_error(pagoda("run -m " + stories("stories260K.gguf") + " -c 64 -n 100"), "context of 64 tokens");
   expect_clean_error(pagoda("run -m " + stories("stories260K.gguf") + " --kv-cache-mem 64K -n 200"), "KV cache holds");
