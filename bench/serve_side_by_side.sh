@@ -16,12 +16,13 @@
 # Every random run sends concurrency x --requests-per-client requests (at least --min-requests) of
 # --output-len tokens (ignore_eos). Raw bench-serve JSON goes to --out (default
 # bench/results/DATE-serve/), the table to stdout and OUT/table.md. Needs a Release build
-# (BUILD_DIR, default build/) and Node >= 20. Run on an otherwise idle machine.
+# (BUILD_DIR, default build/; SERVE_BIN=... to serve from another pagoda binary) and Node >= 20. Run on an otherwise idle machine.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$REPO/build}"
 PAGODA="$BUILD_DIR/bin/pagoda"
+SERVE_BIN="${SERVE_BIN:-$PAGODA}"  # the binary whose `serve` is measured (default: the same build)
 PEER="$REPO/bench/peer"
 MODEL=""
 OUT=""
@@ -126,7 +127,7 @@ multi_turn() {  # multi_turn FILE
 }
 
 if [[ "$ONLY" != llama ]]; then
-  SERVE=("$PAGODA" serve -m "$MODEL" --port "$PORT" --threads "$THREADS" --http-threads 256)
+  SERVE=("$SERVE_BIN" serve -m "$MODEL" --port "$PORT" --threads "$THREADS" --http-threads 256)
   start_server pagoda "${SERVE[@]}"
   random_levels pagoda
   multi_turn pagoda-mt-on.json
