@@ -45,6 +45,7 @@ int fail(const Status& status);
 
 void register_run(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
 void register_bench(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
+void register_bench_serve(CLI::App& app, const Clock& clock, int& exit_code);
 void register_info(CLI::App& app, int& exit_code);
 void register_tokenize(CLI::App& app, int& exit_code);
 void register_make_model(CLI::App& app, int& exit_code);

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   pagoda::tools::register_run(app, clock, logger, exit_code);
   pagoda::tools::register_bench(app, clock, logger, exit_code);
+  pagoda::tools::register_bench_serve(app, clock, exit_code);
   pagoda::tools::register_info(app, exit_code);
   pagoda::tools::register_tokenize(app, exit_code);
   pagoda::tools::register_make_model(app, exit_code);

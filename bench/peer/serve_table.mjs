@@ -1,0 +1,64 @@
+#!/usr/bin/env node
+// Prints the markdown tables of bench/serve_side_by_side.sh from the bench-serve JSON files it
+// left in --dir. Missing files (a half that was not run, a failed run) show as "-".
+import fs from "node:fs";
+import path from "node:path";
+import {fail, parseArgs} from "./common.mjs";
+
+const usage = "usage: node bench/peer/serve_table.mjs --dir DIR [--concurrency 1,4,16,64] [--model NAME]\n";
+const args = parseArgs(process.argv.slice(2), {dir: "string", concurrency: "string", model: "string"}, usage);
+if (args.dir == null)
+    fail(`--dir is required\n${usage}`);
+const levels = (args.concurrency ?? "1,4,16,64").split(",").map((c) => c.trim());
+
+function load(name) {
+    const file = path.join(args.dir, name);
+    if (!fs.existsSync(file))
+        return null;
+    try {
+        const j = JSON.parse(fs.readFileSync(file, "utf8"));
+        return j.summary?.succeeded > 0 ? j : null;
+    } catch {
+        return null;
+    }
+}
+const fmt = (x, digits = 1) => (x == null || !Number.isFinite(x) ? "-" : x.toFixed(digits));
+const ratio = (a, b) => (a == null || b == null || b === 0 ? null : a / b);
+const fmtRatio = (r) => (r == null ? "-" : `${r.toFixed(2)}x`);
+const tps = (j) => j?.summary.output_tokens_per_s ?? null;
+const failed = (j) => (j == null ? "" : j.summary.failed > 0 ? ` (${j.summary.failed} failed)` : "");
+
+const out = [];
+out.push(`### Serving throughput${args.model ? ` (${args.model})` : ""}: output tokens/s, closed loop`);
+out.push("");
+out.push("| concurrency | Pagoda | Pagoda, 1 at a time | ratio | llama.cpp, 16 slots | llama.cpp, 1 slot | ratio | Pagoda / llama.cpp |");
+out.push("|---:|---:|---:|---:|---:|---:|---:|---:|");
+for (const c of levels) {
+    const p = load(`pagoda-c${c}.json`), p1 = load(`pagoda-seq1-c${c}.json`);
+    const l = load(`llama-s16-c${c}.json`), l1 = load(`llama-s1-c${c}.json`);
+    out.push(`| ${c} | ${fmt(tps(p))}${failed(p)} | ${fmt(tps(p1))}${failed(p1)} | ${fmtRatio(ratio(tps(p), tps(p1)))} ` +
+        `| ${fmt(tps(l))}${failed(l)} | ${fmt(tps(l1))}${failed(l1)} | ${fmtRatio(ratio(tps(l), tps(l1)))} ` +
+        `| ${fmtRatio(ratio(tps(p), tps(l)))} |`);
+}
+out.push("");
+out.push("### Multi-turn chat: prefix cache on vs off");
+out.push("");
+out.push("| server | TTFT p50 on / off (ms) | ratio off/on | TTFT p99 on / off (ms) | ratio off/on | hit rate on / off | output tok/s on / off |");
+out.push("|---|---:|---:|---:|---:|---:|---:|");
+for (const [name, prefix] of [["Pagoda", "pagoda"], ["llama.cpp", "llama"]]) {
+    const on = load(`${prefix}-mt-on.json`), off = load(`${prefix}-mt-off.json`);
+    const t = (j, q) => j?.summary.ttft_ms[q] ?? null;
+    const hit = (j) => (j == null ? "-" : `${(j.summary.prefix_cache_hit_rate * 100).toFixed(1)}%`);
+    out.push(`| ${name} | ${fmt(t(on, "p50"))} / ${fmt(t(off, "p50"))} | ${fmtRatio(ratio(t(off, "p50"), t(on, "p50")))} ` +
+        `| ${fmt(t(on, "p99"))} / ${fmt(t(off, "p99"))} | ${fmtRatio(ratio(t(off, "p99"), t(on, "p99")))} ` +
+        `| ${hit(on)} / ${hit(off)} | ${fmt(tps(on))} / ${fmt(tps(off))} |`);
+}
+const any = load(`pagoda-c${levels[0]}.json`) ?? load(`llama-s16-c${levels[0]}.json`);
+if (any != null) {
+    const c = any.config;
+    out.push("");
+    out.push(`Random workload: prompts of ${c.prompt_len.join("-")} words, ${c.output_len.join("-")} output tokens ` +
+        `(ignore_eos), seed ${c.seed}. Ratios: throughput over the one-at-a-time server at the same concurrency; ` +
+        "multi-turn TTFT ratios are off/on (higher: the cache helps more).");
+}
+process.stdout.write(out.join("\n") + "\n");

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Serving benchmark: Pagoda's HTTP server vs llama.cpp's (node-llama-cpp, bench/peer/llama_server.mjs),
+# measured over HTTP by `pagoda bench-serve`. Prints one markdown table of ratios.
+#
+#   bench/serve_side_by_side.sh --model FILE.gguf [--out DIR] [--only pagoda|llama]
+#       [--concurrency 1,4,16,64] [--output-len 64] [--prompt-len 32] [--requests-per-client 2] [--min-requests 16]
+#       [--sessions 8] [--turns 6] [--turn-len 24] [--system-prompt-len 64] [--threads 2] [--port 18181]
+#
+# Runs, each server started alone, waited for on /health and killed afterwards:
+#   pagoda serve                    random workload at each concurrency (closed loop), multi-turn
+#   pagoda serve --max-num-seqs 1   random workload at each concurrency (one request at a time)
+#   pagoda serve --no-prefix-cache  multi-turn
+#   llama_server.mjs --slots 16     random workload at each concurrency, multi-turn
+#   llama_server.mjs --slots 16 --no-prefix-cache   multi-turn
+#   llama_server.mjs --slots 1      random workload at each concurrency
+# Every random run sends concurrency x --requests-per-client requests (at least --min-requests) of
+# --output-len tokens (ignore_eos). Raw bench-serve JSON goes to --out (default
+# bench/results/DATE-serve/), the table to stdout and OUT/table.md. Needs a Release build
+# (BUILD_DIR, default build/; SERVE_BIN=... to serve from another pagoda binary) and Node >= 20. Run on an otherwise idle machine.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$REPO/build}"
+PAGODA="$BUILD_DIR/bin/pagoda"
+SERVE_BIN="${SERVE_BIN:-$PAGODA}"  # the binary whose `serve` is measured (default: the same build)
+PEER="$REPO/bench/peer"
+MODEL=""
+OUT=""
+ONLY="both"
+CONCURRENCY="1,4,16,64"
+OUTPUT_LEN=64
+PROMPT_LEN=32
+PER_CLIENT=2
+MIN_REQUESTS=16
+SESSIONS=8
+TURNS=6
+TURN_LEN=24
+SYSTEM_LEN=64
+THREADS=2
+PORT=18181
+SEED=1
+
+die() { echo "serve_side_by_side: $*" >&2; exit 1; }
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --model) MODEL="${2:?}"; shift 2 ;;
+    --out) OUT="${2:?}"; shift 2 ;;
+    --only) ONLY="${2:?}"; shift 2 ;;
+    --concurrency) CONCURRENCY="${2:?}"; shift 2 ;;
+    --output-len) OUTPUT_LEN="${2:?}"; shift 2 ;;
+    --prompt-len) PROMPT_LEN="${2:?}"; shift 2 ;;
+    --requests-per-client) PER_CLIENT="${2:?}"; shift 2 ;;
+    --min-requests) MIN_REQUESTS="${2:?}"; shift 2 ;;
+    --sessions) SESSIONS="${2:?}"; shift 2 ;;
+    --turns) TURNS="${2:?}"; shift 2 ;;
+    --turn-len) TURN_LEN="${2:?}"; shift 2 ;;
+    --system-prompt-len) SYSTEM_LEN="${2:?}"; shift 2 ;;
+    --threads) THREADS="${2:?}"; shift 2 ;;
+    --port) PORT="${2:?}"; shift 2 ;;
+    --seed) SEED="${2:?}"; shift 2 ;;
+    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument: $1 (see --help)" ;;
+  esac
+done
+[[ -n "$MODEL" ]] || die "--model FILE.gguf is required"
+[[ -f "$MODEL" ]] || die "no such model file: $MODEL"
+[[ "$ONLY" =~ ^(both|pagoda|llama)$ ]] || die "--only must be pagoda or llama"
+[[ -x "$PAGODA" ]] || die "$PAGODA not found: build first (cmake --build build)"
+command -v node >/dev/null || die "node (>= 20) is not installed"
+if [[ "$ONLY" != pagoda && ! -d "$PEER/node_modules" ]]; then
+  log "installing bench/peer (npm ci)"
+  (cd "$PEER" && npm ci --silent) || die "npm ci in bench/peer failed"
+fi
+OUT="${OUT:-$REPO/bench/results/$(date +%Y-%m-%d)-serve}"
+mkdir -p "$OUT"
+IFS=, read -r -a LEVELS <<<"$CONCURRENCY"
+URL="http://127.0.0.1:$PORT"
+
+SERVER_PID=""
+stop_server() {
+  if [[ -n "$SERVER_PID" ]]; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+  fi
+}
+trap stop_server EXIT
+
+# start_server NAME CMD...: starts it in the background, waits for GET /health.
+start_server() {
+  local name="$1"; shift
+  curl -sf "$URL/health" >/dev/null 2>&1 && die "port $PORT is already in use"
+  log "starting $name: $*"
+  "$@" >"$OUT/$name.server.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 600); do
+    curl -sf "$URL/health" >/dev/null 2>&1 && break
+    kill -0 "$SERVER_PID" 2>/dev/null || die "$name exited; see $OUT/$name.server.log"
+    sleep 0.5
+  done
+  curl -sf "$URL/health" >/dev/null 2>&1 || die "$name did not become healthy; see $OUT/$name.server.log"
+  # Warm-up (not recorded): a couple of short requests.
+  "$PAGODA" bench-serve --url "$URL" --num-requests 2 --prompt-len 8 --output-len 4 --json >/dev/null 2>&1 || true
+}
+
+bench() {  # bench FILE ARGS...: one bench-serve run, JSON kept in OUT/FILE
+  local file="$1"; shift
+  log "  bench-serve $* -> $file"
+  "$PAGODA" bench-serve --url "$URL" --seed "$SEED" --json "$@" >"$OUT/$file" 2>"$OUT/${file%.json}.log" ||
+    log "  (bench-serve exited non-zero; see $OUT/${file%.json}.log)"
+}
+
+random_levels() {  # random_levels PREFIX: the random workload at every concurrency level
+  local prefix="$1" c n
+  for c in "${LEVELS[@]}"; do
+    n=$(( c * PER_CLIENT )); (( n < MIN_REQUESTS )) && n=$MIN_REQUESTS
+    bench "$prefix-c$c.json" --workload random --concurrency "$c" --num-requests "$n" \
+      --prompt-len "$PROMPT_LEN" --output-len "$OUTPUT_LEN"
+  done
+}
+
+multi_turn() {  # multi_turn FILE
+  bench "$1" --workload multi-turn --sessions "$SESSIONS" --turns "$TURNS" --concurrency "$SESSIONS" \
+    --system-prompt-len "$SYSTEM_LEN" --prompt-len "$TURN_LEN" --output-len "$OUTPUT_LEN"
+}
+
+if [[ "$ONLY" != llama ]]; then
+  SERVE=("$SERVE_BIN" serve -m "$MODEL" --port "$PORT" --threads "$THREADS" --http-threads 256)
+  start_server pagoda "${SERVE[@]}"
+  random_levels pagoda
+  multi_turn pagoda-mt-on.json
+  stop_server
+  start_server pagoda-seq1 "${SERVE[@]}" --max-num-seqs 1
+  random_levels pagoda-seq1
+  stop_server
+  start_server pagoda-nocache "${SERVE[@]}" --no-prefix-cache
+  multi_turn pagoda-mt-off.json
+  stop_server
+fi
+if [[ "$ONLY" != pagoda ]]; then
+  LLAMA=(node "$PEER/llama_server.mjs" --model "$MODEL" --port "$PORT" --threads "$THREADS")
+  start_server llama-s16 "${LLAMA[@]}" --slots 16
+  random_levels llama-s16
+  multi_turn llama-mt-on.json
+  stop_server
+  start_server llama-nocache "${LLAMA[@]}" --slots 16 --no-prefix-cache
+  multi_turn llama-mt-off.json
+  stop_server
+  start_server llama-s1 "${LLAMA[@]}" --slots 1
+  random_levels llama-s1
+  stop_server
+fi
+
+node "$PEER/serve_table.mjs" --dir "$OUT" --concurrency "$CONCURRENCY" --model "$(basename "$MODEL")" |
+  tee "$OUT/table.md"
+log "raw results in $OUT"
