@@ -84,6 +84,11 @@ stop_server() {
     kill "$SERVER_PID" 2>/dev/null || true
     wait "$SERVER_PID" 2>/dev/null || true
     SERVER_PID=""
+    # The next server needs the port: wait until nothing listens on it any more.
+    for _ in $(seq 1 120); do
+      ss -Hltn "sport = :$PORT" 2>/dev/null | grep -q . || break
+      sleep 0.5
+    done
   fi
 }
 trap stop_server EXIT

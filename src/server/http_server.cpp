@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <nlohmann/json.hpp>
 
@@ -33,22 +34,32 @@ HttpServer::HttpServer(engine::ServingEngine& engine, ChatTemplate chat_template
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(config_.max_body_bytes);
   http_->set_keep_alive_max_count(1000);
+  // httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of
+  // clients overflows it and some connections are reset. Remember the listening socket (the
+  // options hook sees it before bind) so bind() can raise the backlog with a second listen().
+  http_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);  // SO_REUSEADDR / SO_REUSEPORT, as without the hook
+    listen_socket_ = sock;
+  });
   routes();
 }
 
 HttpServer::~HttpServer() { stop(); }
 
 Result<int> HttpServer::bind() {
+  int port = config_.port;
   if (config_.port == 0) {
-    const int port = http_->bind_to_any_port(config_.host);
+    port = http_->bind_to_any_port(config_.host);
     if (port <= 0) return Status::error("cannot bind " + config_.host + " to a free port");
-    return port;
-  }
-  if (!http_->bind_to_port(config_.host, config_.port)) {
+  } else if (!http_->bind_to_port(config_.host, config_.port)) {
     return Status::error("cannot bind " + config_.host + ":" + std::to_string(config_.port) +
                          " (in use, or not an address of this machine)");
   }
-  return config_.port;
+  // Linux takes a new backlog from listen() on a listening socket.
+  if (listen_socket_ >= 0 && ::listen(listen_socket_, kListenBacklog) != 0) {
+    return Status::error("listen(" + std::to_string(kListenBacklog) + ") failed on " + config_.host);
+  }
+  return port;
 }
 
 void HttpServer::listen() { http_->listen_after_bind(); }

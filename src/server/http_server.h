@@ -106,6 +106,8 @@ class HttpServer {
   ServerConfig config_;
   const Logger& logger_;
   std::unique_ptr<httplib::Server> http_;
+  static constexpr int kListenBacklog = 1024;  // pending connections (httplib's own: 5)
+  int listen_socket_ = -1;                     // the bound socket, once bind() ran
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> next_id_{1};
   std::mutex seed_mutex_;
