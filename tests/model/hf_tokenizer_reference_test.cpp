@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "shell.h"
 #include "model/gguf_vocab.h"
 #include "model/hf_tokenizer.h"
 #include "test_data.h"
@@ -32,22 +33,13 @@ std::string package_dir(const std::string& package) {
 // Runs the reference; empty on failure (the caller fails the test with the output).
 std::string run_reference(const std::string& dir, std::string& error) {
   const std::string cmd = "node '" + kNpmDir + "/encode.mjs' '" + dir + "' '" + kCorpus + "' 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) {
-    error = "cannot run: " + cmd;
-    return "";
-  }
-  std::string out;
-  char buffer[65536];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
-  const int rc = pclose(pipe);
-  if (rc != 0) {
-    error = cmd + " failed (" + std::to_string(rc) + "): " + out.substr(0, 2000) +
+  const testing::ShellRun run = testing::run_shell(cmd);
+  if (run.exit_code != 0) {
+    error = cmd + " failed (exit " + std::to_string(run.exit_code) + "): " + run.out.substr(0, 2000) +
             "\n(run scripts/install_deps.sh: it runs npm ci in tests/npm/tokenizers)";
     return "";
   }
-  return out;
+  return run.out;
 }
 
 std::string ids_text(const std::vector<int32_t>& ids) {

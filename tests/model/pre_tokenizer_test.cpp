@@ -1,6 +1,7 @@
 // Pre-tokenizer splits: hand-derived expectations for every tokenizer.ggml.pre name, and the
 // splits of every name's regex list on the whole tokenizer corpus against Hugging Face's
 // JavaScript Split pre-tokenizer (tests/npm/tokenizers/pretokenize.mjs, run live by node).
+#include "shell.h"
 #include "model/pre_tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -109,12 +110,9 @@ TEST(PreTokenizer, MatchesHuggingFaceOnCorpus) {
     const std::vector<std::string> regexes = *pre_tokenizer_regexes(name);
     std::ofstream(regex_file) << nlohmann::json(regexes).dump();
     const std::string cmd = "node '" + npm + "/pretokenize.mjs' '" + regex_file + "' '" + corpus_path + "' 2>&1";
-    FILE* pipe = popen(cmd.c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    std::string out;
-    char buffer[65536];
-    for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) out.append(buffer, n);
-    ASSERT_EQ(pclose(pipe), 0) << cmd << "\n" << out.substr(0, 2000);
+    const testing::ShellRun run = testing::run_shell(cmd);
+    const std::string& out = run.out;
+    ASSERT_EQ(run.exit_code, 0) << cmd << "\n" << out.substr(0, 2000);
     const auto expected = nlohmann::json::parse(out).get<std::vector<std::vector<std::string>>>();
     ASSERT_EQ(expected.size(), corpus.size());
     size_t matched = 0;

@@ -1,4 +1,5 @@
 // The /metrics exposition: exact lines for known numbers, and `promtool check metrics` accepts it.
+#include "shell.h"
 #include "server/prometheus.h"
 
 #include <gtest/gtest.h>
@@ -23,15 +24,8 @@ struct Promtool {
 Promtool promtool_check(const std::string& text) {
   const std::string path = ::testing::TempDir() + "/pagoda-metrics-" + std::to_string(getpid()) + ".txt";
   std::ofstream(path) << text;
-  Promtool result;
-  FILE* p = popen(("promtool check metrics < " + path + " 2>&1").c_str(), "r");
-  if (p == nullptr) return result;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) result.output.append(buf, n);
-  const int status = pclose(p);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  const ShellRun run = run_shell("promtool check metrics < " + path + " 2>&1");
+  return Promtool{run.exit_code, run.out};
 }
 
 engine::ServingMetrics sample_metrics() {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "shell.h"
 #include "real_server.h"
 
 namespace pagoda::testing {
@@ -92,10 +93,8 @@ TEST_F(RealServerTest, MetricsScrapePassesPromtool) {
   serving_->check_integrity();  // runs between steps: the last step has published its metrics
   auto r = client_->Get("/metrics");
   ASSERT_EQ(r->status, 200);
-  FILE* p = popen(("promtool check metrics > /dev/null 2>&1 <<'EOF'\n" + r->body + "EOF\n").c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  const int status = pclose(p);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << r->body;
+  const ShellRun promtool = run_shell("promtool check metrics 2>&1 <<'EOF'\n" + r->body + "EOF\n");
+  EXPECT_EQ(promtool.exit_code, 0) << promtool.out << r->body;
   const engine::ServingMetrics m = serving_->metrics();
   EXPECT_GT(m.prefix_hit_tokens, 0) << "the second identical prompt hits the prefix cache";
   EXPECT_NE(r->body.find("pagoda_prefix_cache_hit_tokens_total " + std::to_string(m.prefix_hit_tokens) + "\n"),

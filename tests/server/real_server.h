@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "shell.h"
 #include "core/clock.h"
 #include "engine/engine.h"
 #include "engine/serving.h"
@@ -32,13 +33,9 @@ inline ScriptRun run_node(const std::string& script, const std::string& args) {
     run.output = "the openai npm package is missing: run `npm ci` in " + npm_dir() + " (scripts/install_deps.sh does)";
     return run;
   }
-  FILE* p = popen(("cd " + npm_dir() + " && node " + script + " " + args + " 2>&1").c_str(), "r");
-  if (p == nullptr) return run;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) run.output.append(buf, n);
-  const int status = pclose(p);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const ShellRun shell = run_shell("cd " + npm_dir() + " && node " + script + " " + args + " 2>&1");
+  run.output = shell.out;
+  run.exit_code = shell.exit_code;
   std::string trimmed = run.output;
   while (!trimmed.empty() && trimmed.back() == '\n') trimmed.pop_back();
   run.last_line = trimmed.substr(trimmed.rfind('\n') == std::string::npos ? 0 : trimmed.rfind('\n') + 1);

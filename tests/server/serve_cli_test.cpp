@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "shell.h"
 #include "server_fixture.h"
 
 namespace pagoda::testing {
@@ -73,15 +74,7 @@ int port_of(const std::string& url_line) {
   return colon == std::string::npos ? -1 : std::atoi(url_line.c_str() + colon + 1);
 }
 
-std::string shell(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
+std::string shell(const std::string& cmd) { return run_shell(cmd).out; }
 
 TEST(ServeCli, PrintsAWorkingCurlLineAndStopsOnSigterm) {
   ServeProcess serve("");

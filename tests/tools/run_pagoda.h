@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "shell.h"
 #include "test_data.h"
 
 namespace pagoda::testing {
@@ -33,15 +34,11 @@ inline std::string temp_dir() {
 inline Output pagoda(const std::string& args) {
   const std::string err_path = temp_dir() + "/stderr.txt";
   const std::string cmd = std::string(PAGODA_BIN_DIR) + "/pagoda " + args + " 2>" + err_path;
+  const ShellRun run = run_shell(cmd);
   Output o;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.out.append(buf, n);
-  const int status = pclose(p);
-  o.signaled = WIFSIGNALED(status);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.exit_code = run.exit_code;
+  o.signaled = run.signaled;
+  o.out = run.out;
   o.err = read_file_or_empty(err_path);
   return o;
 }
