@@ -8,6 +8,7 @@ packages=(
   libopenblas-dev nlohmann-json3-dev libcli11-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libicu-dev libutf8proc-dev
+  libxxhash-dev liburing-dev   # block record checksums; the SSD tier's asynchronous I/O
   prometheus   # promtool validates /metrics in the tests
   curl         # the serve test runs the curl line `pagoda serve` prints
 )

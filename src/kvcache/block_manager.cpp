@@ -65,6 +65,16 @@ void BlockManager::evict_one() {
   const int32_t block = *victim;
   policy_->remove(block);
   const int32_t parent = index_.parent(block);
+  if (!listeners_.empty()) {
+    BlockInfo info;
+    info.block = block;
+    info.hash = index_.hash(block);
+    info.parent_hash = parent != PrefixIndex::kRoot ? index_.hash(parent) : kRootBlockHash;
+    info.tokens = index_.tokens(block);
+    info.ns = index_.ns(block);
+    info.priority = usage_[block].priority;
+    for (BlockEventListener* l : listeners_) l->on_block_evicted(info);
+  }
   index_.erase(block);
   pool_.evict(block);
   usage_[block] = BlockUsage{};
@@ -308,6 +318,7 @@ void BlockManager::commit(SeqId seq) {
   if (!t.tokens_known || !t.cacheable) return;
   const int64_t bs = pool_.layout().block_size;
   const std::span<const int32_t> all_tokens(t.tokens);
+  stored_scratch_.clear();
   for (int64_t i = static_cast<int64_t>(t.block_hashes.size()); i < t.num_computed / bs; ++i) {
     const auto tokens = all_tokens.subspan(static_cast<size_t>(i * bs), static_cast<size_t>(bs));
     const BlockHash hash = hash_fn_(i > 0 ? t.block_hashes[i - 1] : kRootBlockHash, tokens, t.ns_key);
@@ -322,9 +333,28 @@ void BlockManager::commit(SeqId seq) {
       index_.insert(block, hash, parent, t.ns, tokens);
       pool_.set_cacheable(block);
       ++stats_.num_committed_blocks;
+      if (!listeners_.empty()) {
+        stored_scratch_.push_back(BlockInfo{block, hash, i > 0 ? t.block_hashes[i - 1] : kRootBlockHash, tokens, t.ns,
+                                            usage_[block].priority});
+      }
     }
     t.block_hashes.push_back(hash);
   }
+  if (!stored_scratch_.empty()) {
+    for (BlockEventListener* l : listeners_) l->on_blocks_stored(stored_scratch_);
+  }
+}
+
+void BlockManager::add_listener(BlockEventListener* listener) {
+  CHECK(listener != nullptr);
+  CHECK(std::find(listeners_.begin(), listeners_.end(), listener) == listeners_.end()) << "listener added twice";
+  listeners_.push_back(listener);
+}
+
+void BlockManager::remove_listener(BlockEventListener* listener) {
+  auto it = std::find(listeners_.begin(), listeners_.end(), listener);
+  CHECK(it != listeners_.end()) << "removing a listener that was not added";
+  listeners_.erase(it);
 }
 
 // ---- prefix hits ----

@@ -48,6 +48,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kvcache/block_events.h"
 #include "kvcache/block_hash.h"
 #include "kvcache/block_pool.h"
 #include "kvcache/eviction.h"
@@ -184,6 +185,11 @@ class BlockManager {
   EvictionPolicyKind eviction_policy() const { return policy_->kind(); }
   const PrefixIndex& index() const { return index_; }
   BlockPool& pool() { return pool_; }
+  const BlockPool& pool() const { return pool_; }
+  // Listeners are told of stored and evicted blocks (block_events.h), in the order added.
+  // Not owned; each must outlive the manager or be removed first.
+  void add_listener(BlockEventListener* listener);
+  void remove_listener(BlockEventListener* listener);
 
   // Aborts unless: pool states agree (free + cached + in use == total); each ref count equals
   // the number of tables holding the block; registered <=> cacheable; cached => registered;
@@ -231,6 +237,8 @@ class BlockManager {
   int64_t num_pins_ = 0;           // sum of pins_
   int64_t num_pinned_cached_ = 0;  // cached blocks with pins_ > 0
   BlockManagerStats stats_;
+  std::vector<BlockEventListener*> listeners_;
+  std::vector<BlockInfo> stored_scratch_;  // [blocks committed by one commit()]
   std::unordered_map<SeqId, Table> tables_;
   SeqId next_seq_id_ = 0;
 };

@@ -125,6 +125,18 @@ kernels::KvLayerView BlockPool::layer_view(int64_t layer) {
   return view;
 }
 
+void BlockPool::block_segments(int32_t block_id, std::span<std::span<uint8_t>> out) {
+  check_id(block_id);
+  CHECK_EQ(static_cast<int64_t>(out.size()), 2 * layout_.n_layer);
+  const size_t k_bytes = static_cast<size_t>(layout_.k_block_bytes());
+  const size_t v_bytes = static_cast<size_t>(layout_.v_block_bytes());
+  for (int64_t l = 0; l < layout_.n_layer; ++l) {
+    const kernels::KvLayerView view = layer_view(l);
+    out[2 * l] = {static_cast<uint8_t*>(view.k) + block_id * k_bytes, k_bytes};
+    out[2 * l + 1] = {static_cast<uint8_t*>(view.v) + block_id * v_bytes, v_bytes};
+  }
+}
+
 void BlockPool::copy_block(int32_t src, int32_t dst) {
   check_id(src);
   check_id(dst);

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/buffer.h"
@@ -60,6 +61,11 @@ class BlockPool {
 
   // The cache of one layer, as the kernels read and write it.
   kernels::KvLayerView layer_view(int64_t layer);
+
+  // The bytes of one block in every layer, in BlockRecord payload order: out[2l] = layer l's K
+  // block, out[2l + 1] = its V block (k_block_bytes / v_block_bytes each). out has 2 x n_layer
+  // entries. The spans stay valid for the pool's life; who may touch them is the block's state.
+  void block_segments(int32_t block_id, std::span<std::span<uint8_t>> out);
 
   // Copies block src onto block dst in every layer's K and V array (layout().k_block_bytes()
   // and v_block_bytes() each, so any KV format) and, for int4, its staged K rows.

@@ -445,3 +445,79 @@ TEST(Eviction, ChainsAreEvictedFromTheLeavesUp) {
 
 }  // namespace
 }  // namespace pagoda::kvcache
+
+namespace pagoda::kvcache {
+namespace {
+
+struct RecordingListener : BlockEventListener {
+  struct Stored {
+    std::vector<BlockHash> hashes;
+    BlockHash parent = 0;
+    std::vector<int32_t> tokens;
+  };
+  std::vector<Stored> stored;
+  std::vector<BlockInfo> evicted;
+  BlockPool* pool = nullptr;
+  std::vector<float> evicted_first_k;  // layer 0 K of the victim, read during the call
+  void on_blocks_stored(std::span<const BlockInfo> chain) override {
+    Stored s;
+    s.parent = chain[0].parent_hash;
+    for (const BlockInfo& b : chain) {
+      s.hashes.push_back(b.hash);
+      s.tokens.insert(s.tokens.end(), b.tokens.begin(), b.tokens.end());
+    }
+    stored.push_back(std::move(s));
+  }
+  void on_block_evicted(const BlockInfo& b) override {
+    EXPECT_EQ(pool->state(b.block), BlockState::kCached);  // not yet freed: its bytes are intact
+    std::vector<std::span<uint8_t>> segs(2 * pool->layout().n_layer);
+    pool->block_segments(b.block, segs);
+    float k0;
+    std::memcpy(&k0, segs[0].data(), sizeof(k0));
+    evicted_first_k.push_back(k0);
+    evicted.push_back(b);
+  }
+};
+
+TEST(BlockManager, ListenersHearStoredChainsAndEvictionsWhileBytesAreIntact) {
+  auto pool = BlockPool::create(small_layout(2), 3);
+  ASSERT_TRUE(pool.is_ok());
+  BlockManager m(*pool);
+  RecordingListener listener;
+  listener.pool = &*pool;
+  m.add_listener(&listener);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  SeqId a = m.add_sequence(8);
+  std::vector<int64_t> slots(5);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(m.append(a, std::span<const int32_t>(prompt).first(3), slots, copies));
+  m.commit(a);  // one full block
+  ASSERT_TRUE(m.append(a, std::span<const int32_t>(prompt).subspan(3), slots, copies));
+  m.commit(a);  // the second
+  ASSERT_EQ(listener.stored.size(), 2u);
+  EXPECT_EQ(listener.stored[0].parent, kRootBlockHash);
+  EXPECT_EQ(listener.stored[0].tokens, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(listener.stored[1].parent, listener.stored[0].hashes[0]);
+  EXPECT_EQ(listener.stored[1].tokens, (std::vector<int32_t>{3, 4}));
+  const std::vector<int32_t> table = m.block_table(a);
+  // Mark block 1's K so the listener can see it is read before the block is reused.
+  std::vector<std::span<uint8_t>> segs(4);
+  pool->block_segments(table[1], segs);
+  const float mark = 42.5f;
+  std::memcpy(segs[0].data(), &mark, sizeof(mark));
+  m.free_sequence(a);
+  EXPECT_TRUE(listener.evicted.empty());
+  SeqId b = m.add_sequence(8);
+  std::vector<int64_t> slots6(6);
+  ASSERT_TRUE(m.append(b, 6, slots6));  // needs all 3 blocks: both cached ones are evicted, leaf first
+  ASSERT_EQ(listener.evicted.size(), 2u);
+  EXPECT_EQ(listener.evicted[0].hash, listener.stored[1].hashes[0]);
+  EXPECT_EQ(listener.evicted[0].parent_hash, listener.stored[0].hashes[0]);
+  EXPECT_EQ(listener.evicted_first_k[0], mark);
+  EXPECT_EQ(listener.evicted[1].parent_hash, kRootBlockHash);
+  m.remove_listener(&listener);
+  m.check_integrity();
+}
+
+}  // namespace
+}  // namespace pagoda::kvcache
