@@ -1,7 +1,8 @@
 // POST /v1/completions and /v1/chat/completions: parse, tokenize, submit, wait or stream.
 #include <httplib.h>
 
-#include "server/connection.h"
+#include "server/http/auth.h"
+#include "server/http/connection.h"
 #include "server/http_server.h"
 
 namespace pagoda::server {
@@ -61,7 +62,7 @@ Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const
     r.logprobs = api.logprobs;
     r.priority = api.priority;
     // Salted per key: tenants never share cache entries, whatever salt they send.
-    r.cache_salt = config_.salt_per_api_key ? "key:" + caller.api_key + "\x1f" + api.cache_salt : api.cache_salt;
+    r.cache_salt = http::tenant_cache_salt(config_.salt_per_api_key, caller.api_key, api.cache_salt);
     out.push_back(std::move(r));
   }
   return out;
@@ -100,7 +101,7 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
 
 void HttpServer::wait_and_reply(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,
                                 std::shared_ptr<RequestStream> stream, std::vector<engine::RequestId> ids) {
-  const ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
+  const http::ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
   ResponseBuilder builder(meta_for(api), static_cast<int>(ids.size()) * api.n, engine_.tokenizer());
   while (true) {
     stream->wait(config_.poll_interval_s);
@@ -125,14 +126,14 @@ void HttpServer::stream_reply(const httplib::Request& req, httplib::Response& re
     std::shared_ptr<RequestStream> stream;
     std::vector<engine::RequestId> ids;
     ResponseBuilder builder;
-    ConnectionProbe probe;
+    http::ConnectionProbe probe;
     bool include_usage;
     bool done = false;
   };
   const int num_choices = static_cast<int>(ids.size()) * api.n;
   auto state = std::make_shared<State>(State{std::move(stream), std::move(ids),
                                              ResponseBuilder(meta_for(api), num_choices, engine_.tokenizer()),
-                                             ConnectionProbe(req.remote_addr, req.remote_port, req.local_addr, req.local_port),
+                                             http::ConnectionProbe(req.remote_addr, req.remote_port, req.local_addr, req.local_port),
                                              api.include_usage});
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

@@ -1,10 +1,10 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
-#include <sys/socket.h>
 
 #include <nlohmann/json.hpp>
 
+#include "server/http/auth.h"
 #include "server/prometheus.h"
 
 namespace pagoda::server {
@@ -17,7 +17,8 @@ HttpServer::HttpServer(engine::ServingEngine& engine, ChatTemplate chat_template
       chat_template_(std::move(chat_template)),
       config_(std::move(config)),
       logger_(logger),
-      http_(std::make_unique<httplib::Server>()),
+      listener_(std::make_unique<http::HttpListener>(
+          http::ListenerConfig{config_.host, config_.port, config_.http_threads, config_.max_body_bytes}, logger)),
       seed_rng_(config_.seed) {
   CHECK(config_.limits.vocab_size > 0 && config_.limits.max_context > 0) << "ServerConfig.limits must be set";
   // The template's end of turn ends a chat reply: as a token when the vocab has it as one.
@@ -30,42 +31,17 @@ HttpServer::HttpServer(engine::ServingEngine& engine, ChatTemplate chat_template
       end_of_turn_stops_ = {eot};
     }
   }
-  const int threads = std::max(1, config_.http_threads);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http_->set_payload_max_length(config_.max_body_bytes);
-  http_->set_keep_alive_max_count(1000);
-  // httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of
-  // clients overflows it and some connections are reset. Remember the listening socket (the
-  // options hook sees it before bind) so bind() can raise the backlog with a second listen().
-  http_->set_socket_options([this](socket_t sock) {
-    httplib::default_socket_options(sock);  // SO_REUSEADDR / SO_REUSEPORT, as without the hook
-    listen_socket_ = sock;
-  });
   routes();
 }
 
 HttpServer::~HttpServer() { stop(); }
 
-Result<int> HttpServer::bind() {
-  int port = config_.port;
-  if (config_.port == 0) {
-    port = http_->bind_to_any_port(config_.host);
-    if (port <= 0) return Status::error("cannot bind " + config_.host + " to a free port");
-  } else if (!http_->bind_to_port(config_.host, config_.port)) {
-    return Status::error("cannot bind " + config_.host + ":" + std::to_string(config_.port) +
-                         " (in use, or not an address of this machine)");
-  }
-  // Linux takes a new backlog from listen() on a listening socket.
-  if (listen_socket_ >= 0 && ::listen(listen_socket_, kListenBacklog) != 0) {
-    return Status::error("listen(" + std::to_string(kListenBacklog) + ") failed on " + config_.host);
-  }
-  return port;
-}
+Result<int> HttpServer::bind() { return listener_->bind(); }
 
-void HttpServer::listen() { http_->listen_after_bind(); }
+void HttpServer::listen() { listener_->listen(); }
 
 void HttpServer::stop() {
-  if (http_ != nullptr) http_->stop();
+  if (listener_ != nullptr) listener_->stop();
 }
 
 void HttpServer::reply_error(httplib::Response& res, const Status& status, const std::string& param) const {
@@ -80,9 +56,8 @@ void HttpServer::reply_error(httplib::Response& res, const Status& status, const
 HttpServer::Caller HttpServer::authenticate(const httplib::Request& req, httplib::Response& res) const {
   if (config_.api_keys.empty()) return {true, ""};
   const std::string header = req.get_header_value("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (header.size() > kBearer.size() && header.compare(0, kBearer.size(), kBearer) == 0) {
-    const std::string key = header.substr(kBearer.size());
+  const std::string key = http::bearer_token(header);
+  if (!key.empty()) {
     for (const std::string& k : config_.api_keys) {
       if (k == key) return {true, key};
     }
@@ -96,11 +71,12 @@ HttpServer::Caller HttpServer::authenticate(const httplib::Request& req, httplib
 }
 
 void HttpServer::routes() {
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  httplib::Server& http = listener_->server();
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     res.status = draining_ ? 503 : 200;
     res.set_content(dump(json{{"status", draining_ ? "draining" : "ok"}}), "application/json");
   });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(prometheus_text(engine_.metrics()), "text/plain; version=0.0.4; charset=utf-8");
   });
   auto model_object = [this] {
@@ -108,43 +84,22 @@ void HttpServer::routes() {
                 {"created", config_.unix_time ? config_.unix_time() : 0}, {"owned_by", "pagoda"},
                 {"max_model_len", config_.limits.max_context}};
   };
-  http_->Get("/v1/models", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+  http.Get("/v1/models", [this, model_object](const httplib::Request& req, httplib::Response& res) {
     if (!authenticate(req, res).ok) return;
     res.set_content(dump(json{{"object", "list"}, {"data", json::array({model_object()})}}), "application/json");
   });
-  http_->Get("/v1/models/(.+)", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+  http.Get("/v1/models/(.+)", [this, model_object](const httplib::Request& req, httplib::Response& res) {
     if (!authenticate(req, res).ok) return;
     if (req.matches[1] != config_.model_name) {
       return reply_error(res, Status::not_found("The model '" + std::string(req.matches[1]) + "' does not exist"), "model");
     }
     res.set_content(dump(model_object()), "application/json");
   });
-  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(req, res, false);
   });
-  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(req, res, true);
-  });
-  // httplib's own answers (unknown route, body too large, unparsable request) get an error object.
-  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string message = "HTTP " + std::to_string(res.status);
-    if (res.status == 404) message = "Unknown route: " + req.method + " " + req.path;
-    if (res.status == 413) message = "The request body is larger than the server accepts";
-    if (res.status == 400) message = "Malformed HTTP request";
-    res.set_content(error_body(res.status, message), "application/json");
-  });
-  http_->set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    logger_.error("HTTP handler failed: " + what);
-    res.status = 500;
-    res.set_content(error_body(500, "internal error: " + what), "application/json");
   });
 }
 

@@ -37,12 +37,12 @@
 #include "core/status.h"
 #include "engine/serving.h"
 #include "server/chat_template.h"
+#include "server/http/listener.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_stream.h"
 
 namespace httplib {
-class Server;
 struct Request;
 struct Response;
 }  // namespace httplib
@@ -105,9 +105,7 @@ class HttpServer {
   std::vector<std::string> end_of_turn_stops_; // chat: else its text as a stop string
   ServerConfig config_;
   const Logger& logger_;
-  std::unique_ptr<httplib::Server> http_;
-  static constexpr int kListenBacklog = 1024;  // pending connections (httplib's own: 5)
-  int listen_socket_ = -1;                     // the bound socket, once bind() ran
+  std::unique_ptr<http::HttpListener> listener_;  // the httplib server and its set-up
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> next_id_{1};
   std::mutex seed_mutex_;

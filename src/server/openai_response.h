@@ -16,25 +16,19 @@
 #include "core/status.h"
 #include "engine/serving.h"
 #include "model/tokenizer.h"
+#include "server/http/errors.h"
 #include "server/request_stream.h"
 
 namespace pagoda::server {
 
-// HTTP status of a failed Status: 400 invalid, 404 not found, 413 too large, 429 unavailable
-// (503 when the server is shutting down), 499-like aborts and other errors: 500.
-int http_status_for(const Status& status, bool shutting_down);
-
-// {"error": {"message", "type", "param", "code"}}; type follows OpenAI ("invalid_request_error",
-// "authentication_error", "not_found_error", "rate_limit_exceeded", "server_error").
-std::string error_body(int http_status, const std::string& message, const std::string& param = "",
-                       const std::string& code = "");
+// Error objects and JSON text are the HTTP plumbing's (shared with the router).
+using http::dump;
+using http::error_body;
+using http::http_status_for;
 
 const char* finish_reason_text(engine::FinishReason reason);  // "stop", "length", "abort"
 
 nlohmann::json usage_json(const engine::RequestUsage& usage);
-
-// JSON text with ill-formed UTF-8 replaced (token pieces may be partial characters).
-std::string dump(const nlohmann::json& j);
 
 struct ResponseMeta {
   std::string id;          // "cmpl-..." / "chatcmpl-..."

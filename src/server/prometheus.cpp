@@ -1,34 +1,16 @@
 #include "server/prometheus.h"
 
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
+#include "server/http/prometheus_text.h"
 
 namespace pagoda::server {
 
 namespace {
 
-// Shortest text that reads back as the same double ("0.001", "2.5", "30").
-std::string number(double x) {
-  char buf[32];
-  if (x == std::floor(x) && std::fabs(x) < 1e15) {  // integers in full ("120", not "1.2e+02")
-    std::snprintf(buf, sizeof(buf), "%.0f", x);
-    return buf;
-  }
-  std::snprintf(buf, sizeof(buf), "%.17g", x);
-  for (int precision = 1; precision <= 17; ++precision) {
-    char shorter[32];
-    std::snprintf(shorter, sizeof(shorter), "%.*g", precision, x);
-    if (std::strtod(shorter, nullptr) == x) return shorter;
-  }
-  return buf;
-}
-
 void header(std::string& out, const char* name, const char* type, const char* help) {
-  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  http::prometheus_header(out, name, type, help);
 }
 
-void sample(std::string& out, const std::string& name, double value) { out += name + " " + number(value) + "\n"; }
+void sample(std::string& out, const std::string& name, double value) { http::prometheus_sample(out, name, value); }
 
 void counter(std::string& out, const char* name, const char* help, int64_t value) {
   header(out, name, "counter", help);
@@ -41,17 +23,7 @@ void gauge(std::string& out, const char* name, const char* help, double value) {
 }
 
 void histogram(std::string& out, const char* name, const char* help, const engine::Histogram& h) {
-  header(out, name, "histogram", help);
-  int64_t cumulative = 0;
-  for (size_t i = 0; i < engine::Histogram::kBounds.size(); ++i) {
-    cumulative += h.buckets[i];
-    sample(out, std::string(name) + "_bucket{le=\"" + number(engine::Histogram::kBounds[i]) + "\"}",
-           static_cast<double>(cumulative));
-  }
-  cumulative += h.buckets.back();
-  sample(out, std::string(name) + "_bucket{le=\"+Inf\"}", static_cast<double>(cumulative));
-  sample(out, std::string(name) + "_sum", h.sum);
-  sample(out, std::string(name) + "_count", static_cast<double>(h.count));
+  http::prometheus_histogram(out, name, help, engine::Histogram::kBounds, h.buckets, h.sum, h.count);
 }
 
 }  // namespace

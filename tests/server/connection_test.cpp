@@ -1,5 +1,5 @@
 // ConnectionProbe finds a connection's socket by its address pair and sees the peer hang up.
-#include "server/connection.h"
+#include "server/http/connection.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-namespace pagoda::server {
+namespace pagoda::http {
 namespace {
 
 int port_of(int fd, bool peer) {
@@ -62,4 +62,4 @@ TEST(ConnectionProbe, AnUnknownPairIsNotFoundAndNeverClaimsAHangUp) {
 }
 
 }  // namespace
-}  // namespace pagoda::server
+}  // namespace pagoda::http

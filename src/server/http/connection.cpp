@@ -1,4 +1,4 @@
-#include "server/connection.h"
+#include "server/http/connection.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-namespace pagoda::server {
+namespace pagoda::http {
 
 namespace {
 
@@ -84,4 +84,4 @@ bool ConnectionProbe::alive() const {
   return true;
 }
 
-}  // namespace pagoda::server
+}  // namespace pagoda::http

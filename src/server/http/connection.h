@@ -11,7 +11,7 @@
 
 #include <string>
 
-namespace pagoda::server {
+namespace pagoda::http {
 
 class ConnectionProbe {
  public:
@@ -25,4 +25,4 @@ class ConnectionProbe {
   int fd_ = -1;
 };
 
-}  // namespace pagoda::server
+}  // namespace pagoda::http

@@ -1,0 +1,72 @@
+#include "server/http/listener.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+
+#include "server/http/errors.h"
+
+namespace pagoda::http {
+
+HttpListener::HttpListener(ListenerConfig config, const Logger& logger)
+    : config_(std::move(config)), logger_(logger), http_(std::make_unique<httplib::Server>()) {
+  const int threads = std::max(1, config_.threads);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(config_.max_body_bytes);
+  http_->set_keep_alive_max_count(1000);
+  // httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of
+  // clients overflows it and some connections are reset. Remember the listening socket (the
+  // options hook sees it before bind) so bind() can raise the backlog with a second listen().
+  http_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);  // SO_REUSEADDR / SO_REUSEPORT, as without the hook
+    listen_socket_ = sock;
+  });
+  // httplib's own answers (unknown route, body too large, unparsable request) get an error object.
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message = "HTTP " + std::to_string(res.status);
+    if (res.status == 404) message = "Unknown route: " + req.method + " " + req.path;
+    if (res.status == 413) message = "The request body is larger than the server accepts";
+    if (res.status == 400) message = "Malformed HTTP request";
+    res.set_content(error_body(res.status, message), "application/json");
+  });
+  http_->set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    logger_.error("HTTP handler failed: " + what);
+    res.status = 500;
+    res.set_content(error_body(500, "internal error: " + what), "application/json");
+  });
+}
+
+HttpListener::~HttpListener() { stop(); }
+
+Result<int> HttpListener::bind() {
+  int port = config_.port;
+  if (config_.port == 0) {
+    port = http_->bind_to_any_port(config_.host);
+    if (port <= 0) return Status::error("cannot bind " + config_.host + " to a free port");
+  } else if (!http_->bind_to_port(config_.host, config_.port)) {
+    return Status::error("cannot bind " + config_.host + ":" + std::to_string(config_.port) +
+                         " (in use, or not an address of this machine)");
+  }
+  // Linux takes a new backlog from listen() on a listening socket.
+  if (listen_socket_ >= 0 && ::listen(listen_socket_, kListenBacklog) != 0) {
+    return Status::error("listen(" + std::to_string(kListenBacklog) + ") failed on " + config_.host);
+  }
+  return port;
+}
+
+void HttpListener::listen() { http_->listen_after_bind(); }
+
+void HttpListener::stop() {
+  if (http_ != nullptr) http_->stop();
+}
+
+}  // namespace pagoda::http
