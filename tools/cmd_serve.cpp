@@ -17,6 +17,7 @@
 
 #include "engine/serving.h"
 #include "server/http_server.h"
+#include "tools/chat_template_choice.h"
 #include "tools/commands.h"
 
 namespace pagoda::tools {
@@ -51,30 +52,6 @@ std::string served_name(const ServeOptions& o, const engine::Engine& eng) {
   return "default";
 }
 
-Result<server::ChatTemplate> chat_template_for(const ServeOptions& o, const engine::Engine& eng,
-                                               const model::Tokenizer& tok, const Logger& logger) {
-  std::optional<server::ChatFamily> family;
-  if (!o.chat_template.empty()) {
-    family = server::chat_family_from_name(o.chat_template);
-    if (!family) {
-      return Status::invalid_argument("unknown --chat-template '" + o.chat_template + "' (" +
-                                      server::chat_family_names() + ")");
-    }
-  } else {
-    const std::string jinja = eng.model().file().get_string("tokenizer.chat_template").value_or("");
-    family = server::detect_chat_template(jinja);
-    if (!family) {
-      logger.warn(std::string(jinja.empty() ? "the model has no chat template" : "the model's chat template is none of " +
-                                                  server::chat_family_names()) +
-                  "; chat uses the chatml fallback (choose with --chat-template)");
-      family = server::ChatFamily::kChatML;
-    }
-  }
-  logger.info("chat template: " + std::string(server::chat_family_name(*family)));
-  auto piece = [&](int32_t id) { return id >= 0 ? tok.token_to_piece(id, true) : std::string(); };
-  return server::ChatTemplate(*family, piece(tok.bos_id()), piece(tok.eos_id()));
-}
-
 // Waits for SIGINT/SIGTERM (blocked in every thread since before any was started).
 int wait_for_signal(const sigset_t& signals) {
   int signal_number = 0;
@@ -107,7 +84,8 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   if (!loaded.is_ok()) return fail(loaded.status());
   std::shared_ptr<const model::Tokenizer> tokenizer = std::move(loaded->tokenizer);
   const engine::Engine& eng = *loaded->engine;
-  auto chat_template = chat_template_for(o, eng, *tokenizer, logger);
+  auto chat_template = choose_chat_template(o.chat_template, eng.model().file().get_string("tokenizer.chat_template").value_or(""),
+                                            *tokenizer, logger);
   if (!chat_template.is_ok()) return fail(chat_template.status());
 
   server::ServerConfig config;

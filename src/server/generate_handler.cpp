@@ -1,6 +1,7 @@
 // POST /v1/completions and /v1/chat/completions: parse, tokenize, submit, wait or stream.
 #include <httplib.h>
 
+#include "model/prompt_tokens.h"
 #include "server/http/auth.h"
 #include "server/http/connection.h"
 #include "server/http_server.h"
@@ -13,19 +14,10 @@ void abort_all(engine::ServingEngine& engine, const std::vector<engine::RequestI
   for (engine::RequestId id : ids) engine.abort(id);
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return !prefix.empty() && s.compare(0, prefix.size(), prefix) == 0;
-}
-
 }  // namespace
 
 Result<std::vector<int32_t>> HttpServer::chat_prompt(const ApiRequest& api) const {
-  PAGODA_ASSIGN_OR_RETURN(std::string text, chat_template_.render(api.messages, true));
-  const model::Tokenizer& tok = engine_.tokenizer();
-  // Templates that write the BOS text themselves get no second BOS.
-  const std::string bos_text = tok.bos_id() >= 0 ? tok.token_to_piece(tok.bos_id(), true) : "";
-  const bool add_bos = tok.vocab().add_bos && tok.bos_id() >= 0 && !starts_with(text, bos_text);
-  return tok.encode(text, add_bos, true);
+  return model::encode_chat(engine_.tokenizer(), chat_template_, api.messages);
 }
 
 Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const ApiRequest& api, const Caller& caller) {
@@ -36,7 +28,7 @@ Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const
     prompts.push_back(std::move(ids));
   } else {
     for (const PromptInput& p : api.prompts) {
-      prompts.push_back(p.is_tokens ? p.tokens : tok.encode(p.text, tok.vocab().add_bos && tok.bos_id() >= 0, true));
+      prompts.push_back(p.is_tokens ? p.tokens : model::encode_prompt(tok, p.text));
     }
   }
   const uint64_t seed = api.has_seed ? api.sampling.seed : draw_seed();

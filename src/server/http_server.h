@@ -36,7 +36,6 @@
 #include "core/rng.h"
 #include "core/status.h"
 #include "engine/serving.h"
-#include "server/chat_template.h"
 #include "server/http/listener.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"

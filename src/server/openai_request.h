@@ -20,9 +20,18 @@
 
 #include "core/status.h"
 #include "engine/sampler.h"
-#include "server/chat_template.h"
+#include "model/chat_template.h"
 
 namespace pagoda::server {
+
+// Chat templates are the model's (model/chat_template.h); the server names them as its own.
+using model::chat_family_from_name;
+using model::chat_family_name;
+using model::chat_family_names;
+using model::ChatFamily;
+using model::ChatMessage;
+using model::ChatTemplate;
+using model::detect_chat_template;
 
 // One completions prompt: text (tokenized by the server) or token ids used as given.
 struct PromptInput {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Renders the reference Hugging Face chat templates with Jinja (as transformers'
 apply_chat_template does: trim_blocks, lstrip_blocks) and prints C++ string literals for
-chat_template_test.cpp. Run: python3 tests/server/chat_template_reference.py"""
+chat_template_test.cpp. Run: python3 tests/model/chat_template_reference.py"""
 import json
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 

@@ -1,9 +1,9 @@
-#include "server/chat_template.h"
+#include "model/chat_template.h"
 
 #include <array>
 #include <utility>
 
-namespace pagoda::server {
+namespace pagoda::model {
 
 namespace {
 
@@ -181,4 +181,4 @@ Result<std::string> ChatTemplate::render_gemma(const std::vector<ChatMessage>& m
   return out;
 }
 
-}  // namespace pagoda::server
+}  // namespace pagoda::model

@@ -1,10 +1,10 @@
 // Chat templates render what the reference Hugging Face templates render. The expected strings
 // were produced by chat_template_reference.py (Jinja, as transformers' apply_chat_template).
-#include "server/chat_template.h"
+#include "model/chat_template.h"
 
 #include <gtest/gtest.h>
 
-namespace pagoda::server {
+namespace pagoda::model {
 namespace {
 
 struct Case {
@@ -14,7 +14,7 @@ struct Case {
   const char* want;
 };
 
-// python3 tests/server/chat_template_reference.py
+// python3 tests/model/chat_template_reference.py
 const Case kCases[] = {
     {"llama2", "full", true, "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHello! [/INST] Hi there. </s><s>[INST] What is 2+2? [/INST]"},
     {"llama2", "full", false, "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHello! [/INST] Hi there. </s><s>[INST] What is 2+2? [/INST]"},
@@ -125,4 +125,4 @@ TEST(ChatTemplate, NamesRoundTripAndEndOfTurn) {
 }
 
 }  // namespace
-}  // namespace pagoda::server
+}  // namespace pagoda::model

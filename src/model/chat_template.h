@@ -28,7 +28,7 @@
 
 #include "core/status.h"
 
-namespace pagoda::server {
+namespace pagoda::model {
 
 enum class ChatFamily { kLlama2, kLlama3, kChatML, kMistral, kZephyr, kGemma };
 
@@ -68,4 +68,4 @@ class ChatTemplate {
   std::string eos_;
 };
 
-}  // namespace pagoda::server
+}  // namespace pagoda::model

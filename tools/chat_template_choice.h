@@ -1,0 +1,19 @@
+// Which chat template a command renders chats with: --chat-template FAMILY, else the family the
+// model's Jinja template (GGUF tokenizer.chat_template, tokenizer_config.json) matches, else the
+// chatml fallback (with a warning). `pagoda serve` and `pagoda router` choose alike, so a router
+// tokenizes a chat exactly as the worker that serves it.
+#pragma once
+
+#include <string>
+
+#include "core/log.h"
+#include "core/status.h"
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
+
+namespace pagoda::tools {
+
+Result<model::ChatTemplate> choose_chat_template(const std::string& family_name, const std::string& jinja,
+                                                 const model::Tokenizer& tokenizer, const Logger& logger);
+
+}  // namespace pagoda::tools
