@@ -9,6 +9,7 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libicu-dev libutf8proc-dev
   libxxhash-dev liburing-dev   # block record checksums; the SSD tier's asynchronous I/O
+  libzmq3-dev libmsgpack-cxx-dev  # KV events: ZeroMQ PUB/ROUTER/SUB, msgpack in vLLM's layout
   prometheus   # promtool validates /metrics in the tests
   curl         # the serve test runs the curl line `pagoda serve` prints
 )

@@ -1,0 +1,178 @@
+#include "events/block_index.h"
+
+#include <cstdio>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+namespace pagoda::events {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kNoMedium = "GPU";  // an event without one is about the device pool
+
+std::string hex(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+bool parse_hex(const std::string& s, uint64_t& out) {
+  if (s.empty() || s.size() > 16) return false;
+  out = 0;
+  for (char c : s) {
+    int d = -1;
+    if (c >= '0' && c <= '9') d = c - '0';
+    if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    if (d < 0) return false;
+    out = (out << 4) | static_cast<uint64_t>(d);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string snapshot_to_json(const KvEventsSnapshot& snapshot) {
+  json media = json::object();
+  for (const MediumBlocks& m : snapshot.media) {
+    json hashes = json::array();
+    for (uint64_t h : m.hashes) hashes.push_back(hex(h));
+    media[m.medium] = std::move(hashes);
+  }
+  return json{{"seq", snapshot.seq}, {"media", std::move(media)}}.dump();
+}
+
+Result<KvEventsSnapshot> snapshot_from_json(std::string_view text) {
+  const json j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Status::invalid_argument("KV events snapshot: not a JSON object");
+  auto seq = j.find("seq");
+  auto media = j.find("media");
+  if (seq == j.end() || !seq->is_number_integer() || media == j.end() || !media->is_object()) {
+    return Status::invalid_argument("KV events snapshot: needs \"seq\" (an integer) and \"media\" (an object)");
+  }
+  KvEventsSnapshot s;
+  s.seq = seq->get<int64_t>();
+  for (const auto& [name, hashes] : media->items()) {
+    if (!hashes.is_array()) return Status::invalid_argument("KV events snapshot: media." + name + " must be an array");
+    MediumBlocks m{name, {}};
+    m.hashes.reserve(hashes.size());
+    for (const json& h : hashes) {
+      uint64_t v = 0;
+      if (!h.is_string() || !parse_hex(h.get<std::string>(), v)) {
+        return Status::invalid_argument("KV events snapshot: media." + name + " holds a hash that is not hex");
+      }
+      m.hashes.push_back(v);
+    }
+    s.media.push_back(std::move(m));
+  }
+  return s;
+}
+
+BlockIndex::Medium& BlockIndex::medium_locked(std::string_view name) {
+  for (Medium& m : media_) {
+    if (m.name == name) return m;
+  }
+  media_.push_back(Medium{std::string(name), {}});
+  return media_.back();
+}
+
+void BlockIndex::apply_locked(const KvEvent& e) {
+  switch (e.type) {
+    case KvEventType::kBlockStored: {
+      Medium& m = medium_locked(e.medium.value_or(std::string(kNoMedium)));
+      m.hashes.insert(e.block_hashes.begin(), e.block_hashes.end());
+      return;
+    }
+    case KvEventType::kBlockRemoved: {
+      Medium& m = medium_locked(e.medium.value_or(std::string(kNoMedium)));
+      for (uint64_t h : e.block_hashes) m.hashes.erase(h);
+      return;
+    }
+    case KvEventType::kAllBlocksCleared:
+      for (Medium& m : media_) m.hashes.clear();
+      return;
+  }
+}
+
+void BlockIndex::apply(const KvEventBatch& batch) {
+  std::unique_lock lock(mutex_);
+  for (const KvEvent& e : batch.events) apply_locked(e);
+}
+
+void BlockIndex::apply(const KvEvent& event) {
+  std::unique_lock lock(mutex_);
+  apply_locked(event);
+}
+
+void BlockIndex::insert(std::string_view medium, std::span<const uint64_t> hashes) {
+  std::unique_lock lock(mutex_);
+  medium_locked(medium).hashes.insert(hashes.begin(), hashes.end());
+}
+
+void BlockIndex::erase(std::string_view medium, std::span<const uint64_t> hashes) {
+  std::unique_lock lock(mutex_);
+  Medium& m = medium_locked(medium);
+  for (uint64_t h : hashes) m.hashes.erase(h);
+}
+
+void BlockIndex::reset(const KvEventsSnapshot& snapshot) {
+  std::unique_lock lock(mutex_);
+  for (Medium& m : media_) m.hashes.clear();
+  for (const MediumBlocks& mb : snapshot.media) {
+    Medium& m = medium_locked(mb.medium);
+    m.hashes.insert(mb.hashes.begin(), mb.hashes.end());
+  }
+}
+
+void BlockIndex::clear() {
+  std::unique_lock lock(mutex_);
+  for (Medium& m : media_) m.hashes.clear();
+}
+
+int64_t BlockIndex::matched_blocks(std::span<const uint64_t> chain) const {
+  std::shared_lock lock(mutex_);
+  int64_t n = 0;
+  for (uint64_t h : chain) {
+    bool held = false;
+    for (const Medium& m : media_) held = held || m.hashes.count(h) != 0;
+    if (!held) break;
+    ++n;
+  }
+  return n;
+}
+
+int64_t BlockIndex::num_blocks(std::string_view medium) const {
+  std::shared_lock lock(mutex_);
+  for (const Medium& m : media_) {
+    if (m.name == medium) return static_cast<int64_t>(m.hashes.size());
+  }
+  return 0;
+}
+
+int64_t BlockIndex::num_blocks() const {
+  std::shared_lock lock(mutex_);
+  int64_t n = 0;
+  for (const Medium& m : media_) n += static_cast<int64_t>(m.hashes.size());
+  return n;
+}
+
+bool BlockIndex::contains(std::string_view medium, uint64_t hash) const {
+  std::shared_lock lock(mutex_);
+  for (const Medium& m : media_) {
+    if (m.name == medium) return m.hashes.count(hash) != 0;
+  }
+  return false;
+}
+
+KvEventsSnapshot BlockIndex::snapshot(int64_t seq) const {
+  std::shared_lock lock(mutex_);
+  KvEventsSnapshot s;
+  s.seq = seq;
+  for (const Medium& m : media_) s.media.push_back(MediumBlocks{m.name, {m.hashes.begin(), m.hashes.end()}});
+  return s;
+}
+
+}  // namespace pagoda::events
