@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "engine/serving.h"
+#include "events/kv_event_publisher.h"
 #include "server/http_server.h"
 #include "tools/chat_template_choice.h"
 #include "tools/commands.h"
@@ -23,6 +24,10 @@
 namespace pagoda::tools {
 
 namespace {
+
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 struct ServeOptions {
   EngineOptions engine;
@@ -39,6 +44,7 @@ struct ServeOptions {
   int http_threads = 64;
   int64_t max_body_bytes = 8 << 20;
   double drain_timeout_s = 30;
+  std::string kv_events_config;  // vLLM's --kv-events-config JSON; "" = no events
 };
 
 std::string served_name(const ServeOptions& o, const engine::Engine& eng) {
@@ -80,12 +86,32 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by every thread started below
   signal(SIGPIPE, SIG_IGN);                       // a client that hangs up is an ordinary event
 
+  events::KvEventsConfig kv_events;
+  if (!o.kv_events_config.empty()) {
+    auto parsed = events::parse_kv_events_config(o.kv_events_config);
+    if (!parsed.is_ok()) return fail(parsed.status());
+    kv_events = *parsed;
+  }
   auto loaded = load_engine(o.engine, clock, logger);
   if (!loaded.is_ok()) return fail(loaded.status());
+  // The publisher outlives the engine that calls it (declared first, destroyed last).
+  std::unique_ptr<events::KvEventPublisher> publisher;
+  if (kv_events.publishes()) {
+    auto created = events::KvEventPublisher::create(kv_events, unix_seconds, logger);
+    if (!created.is_ok()) return fail(created.status());
+    publisher = std::move(created).value();
+    loaded->engine->block_manager().add_listener(publisher.get());
+    if (!o.engine.no_prefix_cache) {
+      logger.info("KV events: publishing on " + publisher->endpoint() +
+                  (publisher->replay_endpoint().empty() ? "" : ", replay on " + publisher->replay_endpoint()));
+    } else {
+      logger.warn("KV events: --no-prefix-cache registers no blocks, so no block events will be published");
+    }
+  }
   std::shared_ptr<const model::Tokenizer> tokenizer = std::move(loaded->tokenizer);
   const engine::Engine& eng = *loaded->engine;
-  auto chat_template = choose_chat_template(o.chat_template, eng.model().file().get_string("tokenizer.chat_template").value_or(""),
-                                            *tokenizer, logger);
+  // The model's own template: GGUF tokenizer.chat_template, or tokenizer_config.json of an HF folder.
+  auto chat_template = choose_chat_template(o.chat_template, loaded->chat_template, *tokenizer, logger);
   if (!chat_template.is_ok()) return fail(chat_template.status());
 
   server::ServerConfig config;
@@ -105,6 +131,13 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   config.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   config.http_threads = o.http_threads;
   config.seed = std::random_device{}();
+  config.kv_events = publisher.get();
+  {
+    std::random_device rd;
+    char id[17];
+    std::snprintf(id, sizeof(id), "%08x%08x", rd(), rd());
+    config.instance_id = id;
+  }
   config.unix_time = [] {
     return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                     std::chrono::system_clock::now().time_since_epoch())
@@ -145,6 +178,7 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   engine.shutdown(drained);
   http.stop();
   listener.join();
+  if (publisher != nullptr) publisher->stop();  // sends what the last steps announced
   logger.info("pagoda serve: stopped");
   return 0;
 }
@@ -174,6 +208,10 @@ void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 31));
   cmd->add_option("--drain-timeout", options->drain_timeout_s, "seconds in-flight requests get to finish on SIGTERM")
       ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--kv-events-config", options->kv_events_config,
+                  "KV cache events over ZeroMQ, vLLM's JSON: {\"enable_kv_cache_events\":true,\"endpoint\":\"tcp://*:5557\","
+                  "\"replay_endpoint\":\"tcp://*:5558\",\"topic\":\"\"} (also publisher, buffer_steps, hwm, "
+                  "max_queue_size; Pagoda's \"encoding\": \"map\" | \"array\")");
   cmd->callback([options, &clock, &logger, &exit_code] { exit_code = serve(*options, clock, logger); });
 }
 

@@ -53,5 +53,6 @@ void register_convert(CLI::App& app, int& exit_code);
 void register_kvcalc(CLI::App& app, int& exit_code);
 void register_perplexity(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
 void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
+void register_router(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
 
 }  // namespace pagoda::tools

@@ -62,6 +62,21 @@ Result<model::HfTokenizer> tokenizer_from_hf_folder(const std::string& dir) {
   return model::load_hf_tokenizer(dir);
 }
 
+Result<LoadedTokenizer> load_tokenizer(const std::string& path, const std::string& tokenizer_path) {
+  LoadedTokenizer loaded;
+  if (model::is_hf_model_dir(path)) {
+    PAGODA_ASSIGN_OR_RETURN(model::HfTokenizer hf, tokenizer_from_hf_folder(path));
+    loaded.tokenizer = std::make_unique<model::Tokenizer>(std::move(hf.tokenizer));
+    loaded.chat_template = std::move(hf.chat_template);
+    return loaded;
+  }
+  PAGODA_ASSIGN_OR_RETURN(model::GgufFile file, load_model_file(path, tokenizer_path));
+  PAGODA_ASSIGN_OR_RETURN(model::Tokenizer tokenizer, tokenizer_from_file(file));
+  loaded.tokenizer = std::make_unique<model::Tokenizer>(std::move(tokenizer));
+  loaded.chat_template = file.get_string("tokenizer.chat_template").value_or("");
+  return loaded;
+}
+
 Result<LoadedModel> load_model(const std::string& path, const std::string& tokenizer_path) {
   LoadedModel loaded;
   const std::string name = path.empty() ? std::string("built-in default model") : path;

@@ -26,6 +26,14 @@ Result<model::Tokenizer> tokenizer_from_file(const model::GgufFile& file);
 // tokenizer.json + tokenizer_config.json (model/hf_tokenizer.h).
 Result<model::HfTokenizer> tokenizer_from_hf_folder(const std::string& dir);
 
+// The tokenizer and chat template of any model source, without its weights (what
+// `pagoda router` needs: a vocab-only GGUF is enough).
+struct LoadedTokenizer {
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  std::string chat_template;  // as LoadedModel::chat_template
+};
+Result<LoadedTokenizer> load_tokenizer(const std::string& path, const std::string& tokenizer_path);
+
 struct LoadedModel {
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<model::Tokenizer> tokenizer;  // its vocab() holds bos/eos ids and add_bos

@@ -83,7 +83,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   manager_options.eviction = config.eviction;
   e->blocks_ = std::make_unique<kvcache::BlockManager>(*e->pool_, manager_options);
   e->config_ = config;
-  e->model_fingerprint_ = model_fingerprint(model->file());
+  e->model_fingerprint_ = engine::model_fingerprint(model->file());
   e->kv_format_key_ = kvcache::hash_string(std::string(kernels::kv_dtype_name(layout.dtype)) + "/" +
                                            std::string(kernels::kv_layout_name(layout.layout)) + "/" +
                                            std::to_string(layout.block_size));
@@ -137,7 +137,7 @@ Result<std::vector<float>> Engine::score(std::span<const int32_t> tokens) {
 const kvcache::KvNamespace& Engine::kv_namespace(const std::string& cache_salt) {
   ns_scratch_.model_fingerprint = model_fingerprint_;
   ns_scratch_.kv_format = kv_format_key_;
-  ns_scratch_.cache_salt = cache_salt.empty() ? 0 : kvcache::hash_string(cache_salt, 0x5a17);
+  ns_scratch_.cache_salt = kvcache::cache_salt_key(cache_salt);
   return ns_scratch_;
 }
 

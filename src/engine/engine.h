@@ -176,6 +176,10 @@ class Engine {
   const kvcache::KvPoolPlan& kv_plan() const { return plan_; }
   kvcache::BlockManager& block_manager() { return *blocks_; }
   const kvcache::KvNamespace& kv_namespace(const std::string& cache_salt);  // for tests
+  // The namespace fields every cached block of this engine carries (besides the tenant's salt):
+  // what a router needs to hash a prompt's blocks exactly as this engine does.
+  uint64_t model_fingerprint() const { return model_fingerprint_; }
+  uint64_t kv_format_key() const { return kv_format_key_; }
   int64_t max_context() const { return max_context_; }
   int64_t max_batch_tokens() const { return max_batch_tokens_; }
   const EngineConfig& config() const { return config_; }

@@ -38,6 +38,12 @@ inline uint64_t hash_string(std::string_view text, uint64_t seed = 0) {
   return xxhash64(text.data(), text.size(), seed);
 }
 
+// KvNamespace::cache_salt of a request's cache salt (a tenant); "" -> 0, no salt. Every
+// instance and the router derive it alike, so salted blocks hash the same everywhere.
+inline uint64_t cache_salt_key(std::string_view cache_salt) {
+  return cache_salt.empty() ? 0 : hash_string(cache_salt, 0x5a17);
+}
+
 // hash_i from hash_{i-1}, the block's token ids and KvNamespace::key().
 BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens, uint64_t namespace_key);
 

@@ -18,6 +18,11 @@ namespace pagoda::model {
 
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text);
 
+// A text whose encode_prompt a worker advertises, so that a router can check that it tokenizes
+// as the worker does (a different tokenizer would predict cache hits that never happen).
+inline constexpr std::string_view kTokenizerProbe =
+    "Once upon a time, 42 caf\xc3\xa9s said: \"Hello!\" \xe2\x80\x94 <s> [INST] ok\n\tend";
+
 // Errors: the template's (invalid_argument: no messages, roles out of order).
 Result<std::vector<int32_t>> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                          const std::vector<ChatMessage>& messages);

@@ -101,6 +101,7 @@ void HttpServer::routes() {
   http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(req, res, true);
   });
+  kv_events_routes(http);
 }
 
 uint64_t HttpServer::draw_seed() {

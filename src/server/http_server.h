@@ -4,6 +4,11 @@
 //   GET  /v1/models, /v1/models/{id}             the one served model
 //   GET  /health                                 200 {"status":"ok"}; 503 while draining
 //   GET  /metrics                                Prometheus text (server/prometheus.h)
+//   GET  /v1/kv/events                           how this instance names its blocks (model
+//                                                fingerprint, KV format, block size, salting)
+//                                                and where its KV events are published
+//   GET  /v1/kv/events/snapshot                  every block its events have announced, per
+//                                                medium, as of batch `seq` (a subscriber's resync)
 //
 // Threads: httplib answers each connection on a thread of its own pool (http_threads); the engine
 // runs its loop on its own thread. A generate handler tokenizes, submits one engine request per
@@ -36,12 +41,14 @@
 #include "core/rng.h"
 #include "core/status.h"
 #include "engine/serving.h"
+#include "events/kv_event_publisher.h"
 #include "server/http/listener.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_stream.h"
 
 namespace httplib {
+class Server;
 struct Request;
 struct Response;
 }  // namespace httplib
@@ -62,6 +69,8 @@ struct ServerConfig {
   double poll_interval_s = 0.05;            // client checks while waiting for tokens
   uint64_t seed = 0;                        // seeds for requests without one are drawn from this
   std::function<int64_t()> unix_time;       // "created" fields; null: 0
+  events::KvEventPublisher* kv_events = nullptr;  // null: no KV events (the info route says so)
+  std::string instance_id;                  // this process's id (a subscriber notices a restart)
 };
 
 class HttpServer {
@@ -85,6 +94,7 @@ class HttpServer {
     std::string api_key;  // the key it presented (when keys are configured)
   };
   void routes();
+  void kv_events_routes(httplib::Server& http);  // server/kv_events_routes.cpp
   Caller authenticate(const httplib::Request& req, httplib::Response& res) const;
   void reply_error(httplib::Response& res, const Status& status, const std::string& param = "") const;
   void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);

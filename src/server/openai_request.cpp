@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include "model/chat_messages.h"
+
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -243,41 +245,17 @@ void read_prompts(FieldReader& r, const RequestLimits& limits, ApiRequest& req) 
   }
 }
 
-// content: "text" | [{"type": "text", "text": "..."}, ...] | null (an assistant turn)
+// messages: model::chat_messages_from_json (the router reads them the same way).
 void read_messages(FieldReader& r, ApiRequest& req) {
   const json* m = r.get("messages");
   if (m == nullptr) return r.fail("messages", "is required");
-  if (!m->is_array() || m->empty()) return r.fail("messages", "must be a non-empty array of messages");
-  for (size_t i = 0; i < m->size(); ++i) {
-    const json& msg = (*m)[i];
-    const std::string at = "messages[" + std::to_string(i) + "]";
-    if (!msg.is_object()) return r.fail(at, "must be an object");
-    auto role = msg.find("role");
-    if (role == msg.end() || !role->is_string()) return r.fail(at + ".role", "must be a string");
-    ChatMessage out;
-    out.role = role->get<std::string>();
-    if (out.role == "developer") out.role = "system";  // OpenAI's newer name for it
-    if (out.role != "system" && out.role != "user" && out.role != "assistant") {
-      return r.fail(at + ".role", "must be system, developer, user or assistant, got '" + out.role + "'");
-    }
-    auto content = msg.find("content");
-    if (content == msg.end() || content->is_null()) {
-      if (out.role != "assistant") return r.fail(at + ".content", "is required");
-    } else if (content->is_string()) {
-      out.content = content->get<std::string>();
-    } else if (content->is_array()) {
-      for (const json& part : *content) {
-        if (!part.is_object() || part.value("type", std::string()) != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
-          return r.fail(at + ".content", "only text parts ({\"type\": \"text\", \"text\": \"...\"}) are supported");
-        }
-        out.content += part["text"].get<std::string>();
-      }
-    } else {
-      return r.fail(at + ".content", "must be a string or an array of text parts");
-    }
-    req.messages.push_back(std::move(out));
+  std::string field;
+  auto messages = model::chat_messages_from_json(*m, &field);
+  if (!messages.is_ok()) {
+    const std::string& text = messages.status().message();
+    return r.fail(field, text.substr(std::min(text.size(), field.size() + 2)));
   }
+  req.messages = std::move(messages).value();
 }
 
 }  // namespace

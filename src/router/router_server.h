@@ -1,0 +1,119 @@
+// RouterServer: `pagoda router`, an OpenAI-compatible front over several `pagoda serve`
+// workers that sends each request where its prompt's KV already is.
+//
+//   POST /v1/completions, /v1/chat/completions   tokenized and hashed as the workers do
+//                                                (routing_request.h), placed by the policy
+//                                                (policy.h), forwarded; SSE passes through
+//                                                unbuffered, errors pass through as sent
+//   GET  /v1/models, /v1/models/{id}             forwarded to an up worker
+//   GET  /health                                 200 while a worker is up, else 503
+//   GET  /metrics                                the router's Prometheus text (router_metrics.cpp)
+//   GET  /router/workers                         each worker's state (JSON)
+//
+// Retries: an attempt that fails before anything reached the client (connection refused or
+// reset, a 429 or 5xx status, a stream that breaks before its first byte) is retried on the
+// next best worker not tried yet, up to max_retries times; one that fails later ends the
+// stream with an error event. A worker that cannot be reached is taken down at once.
+//
+// Threads: httplib's pool answers clients (one Upstream thread per forwarded request); the
+// health thread checks every worker each health_interval_s; each worker's subscriber thread
+// follows its events.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
+#include "router/policy.h"
+#include "router/routing_request.h"
+#include "router/upstream.h"
+#include "router/worker.h"
+#include "server/http/listener.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace pagoda::router {
+
+struct RouterConfig {
+  std::string host = "127.0.0.1";
+  int port = 8000;                 // 0: any free port
+  RoutingPolicy policy = RoutingPolicy::kKvAware;
+  double overlap_weight = 1.0;     // kv-aware: weight of prefill blocks against decode blocks
+  int max_retries = 2;
+  double health_interval_s = 1.0;
+  double connect_timeout_s = 2.0;
+  double request_timeout_s = 600;  // between bytes from a worker
+  double poll_interval_s = 0.05;   // client checks while waiting on a worker
+  std::string worker_api_key;      // for the router's own calls to workers
+  int http_threads = 256;
+  size_t max_body_bytes = 8u << 20;
+};
+
+struct RouterCounters {
+  int64_t requests = 0;            // generate requests received
+  int64_t retries = 0;             // attempts after a failed one
+  int64_t unroutable = 0;          // answered by the router itself: no worker could take them
+  int64_t broken_streams = 0;      // a worker failed after the stream had begun
+};
+
+class RouterServer {
+ public:
+  RouterServer(RouterConfig config, std::vector<WorkerAddress> workers,
+               std::shared_ptr<const model::Tokenizer> tokenizer, model::ChatTemplate chat_template,
+               const Clock& clock, const Logger& logger);
+  ~RouterServer();
+  RouterServer(const RouterServer&) = delete;
+  RouterServer& operator=(const RouterServer&) = delete;
+
+  // Checks every worker once (so routing starts informed) and starts the health thread. Errors:
+  // none; a worker that is down now is retried by the health thread.
+  void start();
+  Result<int> bind();
+  void listen();  // blocks until stop()
+  void stop();
+
+  std::vector<Worker*> workers();
+  RouterCounters counters() const;
+  std::string metrics_text() const;  // router_metrics.cpp
+
+ private:
+  struct Attempt;
+  void routes();
+  void health_loop();
+  void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void forward_simple(const httplib::Request& req, httplib::Response& res);
+  // The best worker for the request among those not tried; -1 when none is up.
+  int choose(const RoutingRequest& request, const std::vector<bool>& tried, int64_t& overlap_blocks);
+  UpstreamRequest upstream_request(const httplib::Request& req, const Worker& worker) const;
+  void count(int64_t RouterCounters::*field);
+  std::string workers_json() const;
+
+  RouterConfig config_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::shared_ptr<const model::Tokenizer> tokenizer_;
+  model::ChatTemplate chat_template_;
+  const Clock& clock_;
+  const Logger& logger_;
+  std::unique_ptr<http::HttpListener> listener_;
+  std::atomic<uint64_t> rr_cursor_{0};
+
+  mutable std::mutex mutex_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  RouterCounters counters_;
+  std::thread health_thread_;
+};
+
+}  // namespace pagoda::router
