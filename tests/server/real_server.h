@@ -13,6 +13,7 @@
 #include "core/clock.h"
 #include "engine/engine.h"
 #include "engine/serving.h"
+#include "events/kv_event_publisher.h"
 #include "server_fixture.h"
 
 namespace pagoda::testing {
@@ -62,6 +63,17 @@ class RealServerTest : public ::testing::Test {
     config.kv_cache_bytes = 4 << 20;
     auto eng = engine::Engine::create(std::move(model).value(), config, clock_, logger_);
     ASSERT_TRUE(eng.is_ok()) << eng.status().message();
+    if (kv_events_) {  // as `pagoda serve --kv-events-config` wires them
+      events::KvEventsConfig ec;
+      ec.enable_kv_cache_events = true;
+      ec.publisher = "zmq";
+      ec.endpoint = "tcp://127.0.0.1:*";
+      ec.replay_endpoint = "tcp://127.0.0.1:*";
+      auto publisher = events::KvEventPublisher::create(ec, [] { return 1700000000.0; }, logger_);
+      ASSERT_TRUE(publisher.is_ok()) << publisher.status().message();
+      publisher_ = std::move(publisher).value();
+      (*eng)->block_manager().add_listener(publisher_.get());
+    }
     const int64_t token_capacity = (*eng)->kv_plan().token_capacity;
     engine::ServingConfig serving_config;
     serving_config.max_num_seqs = 16;
@@ -78,6 +90,8 @@ class RealServerTest : public ::testing::Test {
     sc.limits.max_total_tokens = token_capacity;
     sc.end_of_text_ids = {tokenizer_->eos_id(), tokenizer_->bos_id()};  // as `pagoda serve`
     sc.unix_time = [] { return int64_t{1700000000}; };
+    sc.kv_events = publisher_.get();
+    sc.instance_id = "test-instance";
     server_ = std::make_unique<server::HttpServer>(*serving_, server::ChatTemplate(server::ChatFamily::kChatML, "<s>", "</s>"),
                                                    sc, logger_);
     auto port = server_->bind();
@@ -112,6 +126,8 @@ class RealServerTest : public ::testing::Test {
   SteadyClock clock_;
   Logger logger_{LogLevel::kWarn, stderr};
   std::shared_ptr<const model::Tokenizer> tokenizer_;
+  bool kv_events_ = false;  // set before SetUp: publish KV events (the publisher outlives the engine)
+  std::unique_ptr<events::KvEventPublisher> publisher_;
   std::unique_ptr<engine::ServingEngine> serving_;
   std::unique_ptr<server::HttpServer> server_;
   std::thread thread_;
