@@ -13,33 +13,34 @@ namespace {
 
 constexpr std::string_view kNoMedium = "GPU";  // an event without one is about the device pool
 
-std::string hex(uint64_t h) {
+}  // namespace
+
+std::string hash_to_hex(uint64_t h) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
   return buf;
 }
 
-bool parse_hex(const std::string& s, uint64_t& out) {
+bool hash_from_hex(std::string_view s, uint64_t& out) {
   if (s.empty() || s.size() > 16) return false;
-  out = 0;
+  uint64_t v = 0;
   for (char c : s) {
     int d = -1;
     if (c >= '0' && c <= '9') d = c - '0';
     if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
     if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
     if (d < 0) return false;
-    out = (out << 4) | static_cast<uint64_t>(d);
+    v = (v << 4) | static_cast<uint64_t>(d);
   }
+  out = v;
   return true;
 }
-
-}  // namespace
 
 std::string snapshot_to_json(const KvEventsSnapshot& snapshot) {
   json media = json::object();
   for (const MediumBlocks& m : snapshot.media) {
     json hashes = json::array();
-    for (uint64_t h : m.hashes) hashes.push_back(hex(h));
+    for (uint64_t h : m.hashes) hashes.push_back(hash_to_hex(h));
     media[m.medium] = std::move(hashes);
   }
   return json{{"seq", snapshot.seq}, {"media", std::move(media)}}.dump();
@@ -61,7 +62,7 @@ Result<KvEventsSnapshot> snapshot_from_json(std::string_view text) {
     m.hashes.reserve(hashes.size());
     for (const json& h : hashes) {
       uint64_t v = 0;
-      if (!h.is_string() || !parse_hex(h.get<std::string>(), v)) {
+      if (!h.is_string() || !hash_from_hex(h.get<std::string>(), v)) {
         return Status::invalid_argument("KV events snapshot: media." + name + " holds a hash that is not hex");
       }
       m.hashes.push_back(v);

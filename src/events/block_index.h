@@ -35,6 +35,11 @@ struct KvEventsSnapshot {
   std::vector<MediumBlocks> media;  // each medium once
 };
 
+// A 64-bit hash or namespace key as 16 lower-case hex digits (how JSON carries them), and back
+// (1 to 16 hex digits, either case).
+std::string hash_to_hex(uint64_t hash);
+bool hash_from_hex(std::string_view text, uint64_t& hash);
+
 std::string snapshot_to_json(const KvEventsSnapshot& snapshot);
 Result<KvEventsSnapshot> snapshot_from_json(std::string_view text);
 

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "events/block_index.h"
+
 namespace pagoda::router {
 
 using nlohmann::json;
@@ -9,18 +11,7 @@ using nlohmann::json;
 namespace {
 
 bool parse_hex64(const json& j, uint64_t& out) {
-  if (!j.is_string()) return false;
-  const std::string s = j.get<std::string>();
-  if (s.empty() || s.size() > 16) return false;
-  out = 0;
-  for (char c : s) {
-    int d = -1;
-    if (c >= '0' && c <= '9') d = c - '0';
-    if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    if (d < 0) return false;
-    out = (out << 4) | static_cast<uint64_t>(d);
-  }
-  return true;
+  return j.is_string() && events::hash_from_hex(j.get<std::string>(), out);
 }
 
 std::string text_or(const json& j, const char* key, std::string fallback = "") {

@@ -3,24 +3,12 @@
 // state for a resync.
 #include <httplib.h>
 
-#include <cstdio>
-
 #include "model/prompt_tokens.h"
 #include "server/http_server.h"
 
 namespace pagoda::server {
 
 using nlohmann::json;
-
-namespace {
-
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-}  // namespace
 
 void HttpServer::kv_events_routes(httplib::Server& http) {
   http.Get("/v1/kv/events", [this](const httplib::Request& req, httplib::Response& res) {
@@ -43,8 +31,8 @@ void HttpServer::kv_events_routes(httplib::Server& http) {
         // namespace key of (model_fingerprint, kv_format, cache_salt_key(salt))
         {"block_hash", "pagoda-xxh64-chain-v1"},
         {"block_size", eng.kv_layout().block_size},
-        {"model_fingerprint", hex64(eng.model_fingerprint())},
-        {"kv_format", hex64(eng.kv_format_key())},
+        {"model_fingerprint", events::hash_to_hex(eng.model_fingerprint())},
+        {"kv_format", events::hash_to_hex(eng.kv_format_key())},
         {"prefix_caching", eng.config().enable_prefix_caching},
         {"salt_per_api_key", config_.salt_per_api_key},
         {"tokenizer_probe", model::encode_prompt(engine_.tokenizer(), model::kTokenizerProbe)},

@@ -4,18 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include "zmq_test_util.h"
+
 namespace pagoda::events {
 namespace {
 
-std::string batch_storing(uint64_t hash) {
-  KvEventBatch b;
-  KvEvent e;
-  e.type = KvEventType::kBlockStored;
-  e.block_hashes = {hash};
-  e.medium = "GPU";
-  b.events = {e};
-  return encode_batch(b, EventEncoding::kMap);
-}
+using testing::batch_storing;
 
 using V = EventFollower::Verdict;
 

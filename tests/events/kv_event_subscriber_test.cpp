@@ -15,16 +15,7 @@
 namespace pagoda::events {
 namespace {
 
-std::string batch_storing(uint64_t hash) {
-  KvEventBatch b;
-  b.ts = 1;
-  KvEvent e;
-  e.type = KvEventType::kBlockStored;
-  e.block_hashes = {hash};
-  e.medium = "GPU";
-  b.events = {e};
-  return encode_batch(b, EventEncoding::kMap);
-}
+using testing::batch_storing;
 
 class FakePublisher {
  public:

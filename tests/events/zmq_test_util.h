@@ -1,4 +1,4 @@
-// ZeroMQ helpers for the events tests: a raw subscriber, a replay client, bounded waits.
+// Helpers for the events tests: a raw subscriber, a replay client, batches, bounded waits.
 #pragma once
 
 #include <zmq.h>
@@ -11,6 +11,7 @@
 
 #include "events/event_codec.h"
 #include "events/zmq_socket.h"
+#include "eventually.h"
 
 namespace pagoda::events::testing {
 
@@ -52,14 +53,18 @@ inline bool replay_from(ZmqSocket& dealer, int64_t start, std::vector<Message>& 
   return false;
 }
 
-// Polls `done` until it holds or timeout_s passes (a safety net, never a timing assertion).
-inline bool eventually(const std::function<bool()>& done, double timeout_s = 10) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
+using pagoda::testing::eventually;
+
+// One batch storing block `hash` on the GPU, encoded.
+inline std::string batch_storing(uint64_t hash) {
+  KvEventBatch b;
+  b.ts = 1;
+  KvEvent e;
+  e.type = KvEventType::kBlockStored;
+  e.block_hashes = {hash};
+  e.medium = "GPU";
+  b.events = {e};
+  return encode_batch(b, EventEncoding::kMap);
 }
 
 }  // namespace pagoda::events::testing

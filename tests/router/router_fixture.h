@@ -14,7 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "child_process.h"
+#include "eventually.h"
+#include "pagoda_process.h"
 #include "test_data.h"
 
 namespace pagoda::testing {
@@ -112,16 +113,6 @@ inline std::string get_text(int port, const std::string& path) {
   httplib::Client c("127.0.0.1", port);
   auto r = c.Get(path.c_str());
   return r ? r->body : "";
-}
-
-// Polls until done() holds; the timeout is a safety net, never a timing assertion.
-inline bool eventually(const std::function<bool()>& done, double timeout_s = 20) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
 }
 
 // The router's entry for the worker on `worker_port`.

@@ -4,7 +4,10 @@
 // restarted worker's stale blocks are forgotten.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "router_fixture.h"
+#include "shell.h"
 
 namespace pagoda::testing {
 namespace {
@@ -68,6 +71,12 @@ TEST_F(RouterTest, RequestsGoWhereTheirPrefixIsCached) {
   EXPECT_NE(metrics.find("pagoda_router_routed_requests_total{worker=\"http://127.0.0.1:" + std::to_string(port_a_) + "\"} 3"),
             std::string::npos) << metrics;
   EXPECT_NE(metrics.find("pagoda_router_retries_total 0"), std::string::npos);
+  // A valid exposition (promtool is a test dependency).
+  const std::string path = "/tmp/pagoda-router-metrics-" + std::to_string(getpid()) + ".txt";
+  std::ofstream(path) << metrics;
+  const ShellRun check = run_shell("promtool check metrics < " + path + " 2>&1");
+  EXPECT_EQ(check.exit_code, 0) << check.out;
+  std::remove(path.c_str());
 }
 
 TEST_F(RouterTest, GreedyOutputAndStreamsAreTheWorkersOwn) {

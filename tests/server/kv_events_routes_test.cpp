@@ -4,8 +4,6 @@
 #include <gtest/gtest.h>
 #include <zmq.h>
 
-#include <cstdio>
-
 #include "events/event_codec.h"
 #include "events/zmq_socket.h"
 #include "kvcache/block_hash.h"
@@ -17,11 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
+std::string hex64(uint64_t v) { return events::hash_to_hex(v); }
 
 class KvEventsRoutesTest : public RealServerTest {
  protected:

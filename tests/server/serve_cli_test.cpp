@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "pagoda_process.h"
 #include "shell.h"
 #include "server_fixture.h"
 
@@ -17,56 +18,11 @@ namespace {
 
 using nlohmann::json;
 
-class ServeProcess {
+// `pagoda serve` on stories260K, any free port.
+class ServeProcess : public PagodaProcess {
  public:
-  explicit ServeProcess(const std::string& extra_args) {
-    err_path_ = ::testing::TempDir() + "/pagoda-serve-" + std::to_string(getpid()) + ".err";
-    int out[2];
-    CHECK(pipe(out) == 0);
-    pid_ = fork();
-    CHECK(pid_ >= 0);
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      const int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(err, STDERR_FILENO);
-      close(out[0]);
-      const std::string cmd = std::string(PAGODA_BIN_DIR) + "/pagoda serve -m " + stories_dir() +
-                              "/stories260K.gguf --port 0 -c 512 -t 1 " + extra_args;
-      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(out[1]);
-    out_ = fdopen(out[0], "r");
-  }
-  ~ServeProcess() {
-    if (pid_ > 0 && !reaped_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (out_ != nullptr) fclose(out_);
-  }
-  std::string line() {
-    char buf[4096];
-    if (fgets(buf, sizeof(buf), out_) == nullptr) return "";
-    std::string s(buf);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
-  }
-  // Exit code after SIGTERM (-1: killed by a signal).
-  int terminate() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    reaped_ = true;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  std::string err() const { return read_file_or_empty(err_path_); }
-
- private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-  FILE* out_ = nullptr;
-  std::string err_path_;
+  explicit ServeProcess(const std::string& extra_args)
+      : PagodaProcess("serve -m " + stories_dir() + "/stories260K.gguf --port 0 -c 512 -t 1 " + extra_args) {}
 };
 
 int port_of(const std::string& url_line) {

@@ -1,5 +1,6 @@
-// A `pagoda` subcommand run as a child process for the multi-process router tests: stdout is
-// read line by line (serve and router print their URL first), stderr goes to a file.
+// A `pagoda` subcommand run as a child process (the serve CLI tests, the multi-process router
+// tests): stdout is read line by line (serve and router print their URL first), stderr goes to
+// a file.
 #pragma once
 
 #include <arpa/inet.h>
@@ -22,7 +23,7 @@ class PagodaProcess {
  public:
   explicit PagodaProcess(const std::string& args) {
     static int counter = 0;
-    err_path_ = "/tmp/pagoda-router-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".err";
+    err_path_ = "/tmp/pagoda-process-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".err";
     int out[2];
     CHECK(pipe(out) == 0);
     pid_ = fork();
@@ -60,6 +61,15 @@ class PagodaProcess {
     const std::string first = line();
     const size_t colon = first.rfind(':');
     return colon == std::string::npos ? -1 : std::atoi(first.c_str() + colon + 1);
+  }
+  // Exit code after SIGTERM (-1: killed by a signal).
+  int terminate() {
+    if (reaped_) return -1;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   void kill_now() {
     if (pid_ <= 0 || reaped_) return;
