@@ -27,15 +27,26 @@ Result<std::vector<int32_t>> HttpServer::chat_prompt(const ApiRequest& api) cons
   return tok.encode(text, add_bos, true);
 }
 
-Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const ApiRequest& api, const Caller& caller) {
+Result<std::vector<int32_t>> HttpServer::text_prompt(const PromptInput& p) const {
+  if (p.is_tokens) return p.tokens;
   const model::Tokenizer& tok = engine_.tokenizer();
+  return tok.encode(p.text, tok.vocab().add_bos && tok.bos_id() >= 0, true);
+}
+
+std::string HttpServer::cache_salt_for(const ApiRequest& api, const Caller& caller) const {
+  // Salted per key: tenants never share cache entries, whatever salt they send.
+  return config_.salt_per_api_key ? "key:" + caller.api_key + "\x1f" + api.cache_salt : api.cache_salt;
+}
+
+Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const ApiRequest& api, const Caller& caller) {
   std::vector<std::vector<int32_t>> prompts;
   if (api.chat) {
     PAGODA_ASSIGN_OR_RETURN(std::vector<int32_t> ids, chat_prompt(api));
     prompts.push_back(std::move(ids));
   } else {
     for (const PromptInput& p : api.prompts) {
-      prompts.push_back(p.is_tokens ? p.tokens : tok.encode(p.text, tok.vocab().add_bos && tok.bos_id() >= 0, true));
+      PAGODA_ASSIGN_OR_RETURN(std::vector<int32_t> ids, text_prompt(p));
+      prompts.push_back(std::move(ids));
     }
   }
   const uint64_t seed = api.has_seed ? api.sampling.seed : draw_seed();
@@ -60,8 +71,7 @@ Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const
     r.n = api.n;
     r.logprobs = api.logprobs;
     r.priority = api.priority;
-    // Salted per key: tenants never share cache entries, whatever salt they send.
-    r.cache_salt = config_.salt_per_api_key ? "key:" + caller.api_key + "\x1f" + api.cache_salt : api.cache_salt;
+    r.cache_salt = cache_salt_for(api, caller);
     out.push_back(std::move(r));
   }
   return out;
@@ -94,6 +104,10 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
     }
     ids.push_back(*id);
   }
+  // The engine's ids, for GET /v1/kv/requests/{id} while the request runs.
+  std::string id_list;
+  for (engine::RequestId id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
+  res.set_header("X-Pagoda-Request-Id", id_list);
   if (api.stream) return stream_reply(req, res, api, std::move(stream), std::move(ids));
   wait_and_reply(req, res, api, std::move(stream), std::move(ids));
 }

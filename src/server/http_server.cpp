@@ -125,6 +125,7 @@ void HttpServer::routes() {
   http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(req, res, true);
   });
+  register_kv_routes();
   // httplib's own answers (unknown route, body too large, unparsable request) get an error object.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
