@@ -78,6 +78,7 @@ class RealServerTest : public ::testing::Test {
     sc.limits.max_total_tokens = token_capacity;
     sc.end_of_text_ids = {tokenizer_->eos_id(), tokenizer_->bos_id()};  // as `pagoda serve`
     sc.unix_time = [] { return int64_t{1700000000}; };
+    configure(sc);
     server_ = std::make_unique<server::HttpServer>(*serving_, server::ChatTemplate(server::ChatFamily::kChatML, "<s>", "</s>"),
                                                    sc, logger_);
     auto port = server_->bind();
@@ -94,6 +95,9 @@ class RealServerTest : public ::testing::Test {
     if (thread_.joinable()) thread_.join();
     if (serving_ != nullptr) serving_->shutdown(false);
   }
+
+  // Fixtures derived from this one change the server's config here (API keys, ...).
+  virtual void configure(server::ServerConfig&) {}
 
   // No request running or waiting, no block held: everything a request took was given back.
   void expect_idle_and_intact() {
