@@ -9,8 +9,11 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libicu-dev libutf8proc-dev
   libxxhash-dev liburing-dev   # block record checksums; the SSD tier's asynchronous I/O
-  prometheus   # promtool validates /metrics in the tests
+  prometheus   # promtool validates /metrics; a live Prometheus scrapes the server in a test
   curl         # the serve test runs the curl line `pagoda serve` prints
+  chromium fonts-dejavu-core   # the dashboard test drives headless Chromium (puppeteer-core)
+  python3      # the C API test drives libpagoda_kv.so through ctypes
+  git          # unpacks llama.cpp's vocab test set from node-llama-cpp's source bundle
 )
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
