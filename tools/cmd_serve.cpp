@@ -153,6 +153,8 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   for (int32_t id : {tokenizer->eos_id(), tokenizer->bos_id()}) {
     if (id >= 0) config.end_of_text_ids.push_back(id);
   }
+  config.end_of_text_ids.insert(config.end_of_text_ids.end(), loaded->stop_token_ids.begin(),
+                                loaded->stop_token_ids.end());  // generation_config.json's EOS list
   config.dashboard = !o.no_dashboard;
   config.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   config.http_threads = o.http_threads;

@@ -136,6 +136,24 @@ TEST_F(RealServerTest, DashboardAssetsAreCompiledInWithAStrictPolicy) {
   EXPECT_EQ(client_->Get("/dashboard/other.js")->status, 404);
 }
 
+TEST_F(RealServerTest, PagodaExplainPrintsTheCause) {
+  const std::string explain = std::string(PAGODA_BIN_DIR) + "/pagoda explain --url " + url_ + " ";
+  const std::string prompt = "'Once upon a time, there was a little girl named Lily. She loved to play.'";
+  const ShellRun cold = run_shell(explain + "-m stories260K " + prompt + " 2>&1");
+  EXPECT_EQ(cold.exit_code, 0) << cold.out;
+  EXPECT_NE(cold.out.find("cause:   never_seen"), std::string::npos) << cold.out;
+  ASSERT_EQ(post("/v1/completions", {{"prompt", "Once upon a time, there was a little girl named Lily. She loved to play."},
+                                     {"max_tokens", 2}})->status, 200);
+  const ShellRun warm = run_shell(explain + prompt + " 2>&1");
+  EXPECT_NE(warm.out.find("cause:   full_hit"), std::string::npos) << warm.out;
+  EXPECT_NE(warm.out.find("from pool"), std::string::npos) << warm.out;
+  const ShellRun as_json = run_shell(explain + "--json --cache-salt other " + prompt);
+  EXPECT_EQ(json::parse(as_json.out)["cause"], "salt_differs") << as_json.out;
+  const ShellRun wrong = run_shell(explain + "-m gpt-9 hello 2>&1");
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.out.find("HTTP 404"), std::string::npos) << wrong.out;
+}
+
 class KeyedKvTest : public RealServerTest {
  protected:
   void configure(server::ServerConfig& c) override { c.api_keys = {"sk-1"}; }
