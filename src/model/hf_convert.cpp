@@ -36,7 +36,19 @@ Result<GgufFile> gguf_from_hf(const HfCheckpoint& checkpoint, const HfTokenizer&
   const std::string a = m.arch_name + ".";
   out.erase("pagoda.rope.freq_factors");  // llama.cpp reads them as a tensor (below)
   if (m.rope.freq_scale != 1.0f) out.set(a + "rope.scaling.factor", GgufValue::of_f32(1.0f / m.rope.freq_scale));
-  vocab_to_gguf(tokenizer.tokenizer.vocab(), out);
+  // Embedding rows past the tokenizer (Qwen: 151669 tokens, 151936 rows) get [PAD{id}] tokens of
+  // type UNUSED, as llama.cpp's converter writes them: llama.cpp wants one token per row.
+  Vocab vocab = tokenizer.tokenizer.vocab();
+  if (static_cast<int64_t>(vocab.tokens.size()) > m.n_vocab) {
+    return Status::invalid_argument(checkpoint.dir() + ": the tokenizer has " + std::to_string(vocab.tokens.size()) +
+                                    " tokens, more than the model's " + std::to_string(m.n_vocab) + " embedding rows");
+  }
+  for (int64_t id = static_cast<int64_t>(vocab.tokens.size()); id < m.n_vocab; ++id) {
+    vocab.tokens.push_back("[PAD" + std::to_string(id) + "]");
+    vocab.types.push_back(TokenType::kUnused);
+    vocab.scores.push_back(0.0f);
+  }
+  vocab_to_gguf(vocab, out);
   if (!tokenizer.chat_template.empty()) out.set("tokenizer.chat_template", GgufValue::of_string(tokenizer.chat_template));
   for (int32_t id : tokenizer.eos_ids) {
     if (id != tokenizer.tokenizer.eos_id()) {

@@ -7,7 +7,8 @@
 //     RoPE and keep HF's order;
 //   - llama3 rope scaling as the tensor rope_freqs.weight (F32, [rot_dim / 2]), linear as
 //     {arch}.rope.scaling.type/factor;
-//   - the hyperparameters as {arch}.* keys, the tokenizer as tokenizer.ggml.* (vocab_to_gguf), its
+//   - the hyperparameters as {arch}.* keys, the tokenizer as tokenizer.ggml.* (vocab_to_gguf; rows
+//     past the tokenizer padded with [PAD{id}] tokens of type UNUSED, as llama.cpp's converter), its
 //     chat template as tokenizer.chat_template, a second end-of-generation id (generation_config.json)
 //     as tokenizer.ggml.eot_token_id; general.file_type from the weights.
 // Tied embeddings write no output.weight (llama.cpp then uses token_embd.weight, as Pagoda does).

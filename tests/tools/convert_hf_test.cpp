@@ -59,6 +59,10 @@ TEST(ConvertHf, ALlamaFolderBecomesTheGgufItCameFrom) {
   EXPECT_EQ(converted->get_string("general.architecture"), "llama");
   EXPECT_EQ(converted->get_int("llama.block_count"), 2);
   EXPECT_EQ(converted->get_string("tokenizer.ggml.model"), "gpt2");
+  const std::vector<std::string>* tokens = converted->get_string_array("tokenizer.ggml.tokens");
+  ASSERT_NE(tokens, nullptr);
+  ASSERT_EQ(tokens->size(), 300u);  // one per embedding row: 261 + [PAD261] .. [PAD299]
+  EXPECT_EQ(tokens->back(), "[PAD299]");
   EXPECT_EQ(converted->get_int("tokenizer.ggml.eos_token_id"), 260);
   EXPECT_EQ(converted->get_int("tokenizer.ggml.eot_token_id"), 257);  // generation_config's second EOS
   EXPECT_FALSE(converted->get_string("tokenizer.chat_template").value_or("").empty());
