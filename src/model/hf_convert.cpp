@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "kernels/quant.h"
 #include "model/gguf_vocab.h"
 
 namespace pagoda::model {
@@ -35,6 +36,15 @@ Result<GgufFile> gguf_from_hf(const HfCheckpoint& checkpoint, const HfTokenizer&
   GgufFile out = checkpoint.metadata();
   const std::string a = m.arch_name + ".";
   out.erase("pagoda.rope.freq_factors");  // llama.cpp reads them as a tensor (below)
+  // llama.cpp reads the hyperparameters as u32 (an i64 is "wrong type").
+  for (const char* key : {"embedding_length", "block_count", "attention.head_count", "attention.head_count_kv",
+                          "attention.key_length", "attention.value_length", "feed_forward_length", "vocab_size",
+                          "context_length", "rope.dimension_count", "attention.sliding_window"}) {
+    if (std::optional<int64_t> v = out.get_int(a + key)) out.set(a + key, GgufValue::of_u32(static_cast<uint32_t>(*v)));
+  }
+  if (out.get_int(a + "attention.key_length")) {
+    out.set(a + "attention.value_length", GgufValue::of_u32(static_cast<uint32_t>(m.head_dim)));
+  }
   if (m.rope.freq_scale != 1.0f) out.set(a + "rope.scaling.factor", GgufValue::of_f32(1.0f / m.rope.freq_scale));
   // Embedding rows past the tokenizer (Qwen: 151669 tokens, 151936 rows) get [PAD{id}] tokens of
   // type UNUSED, as llama.cpp's converter writes them: llama.cpp wants one token per row.
@@ -68,12 +78,18 @@ Result<GgufFile> gguf_from_hf(const HfCheckpoint& checkpoint, const HfTokenizer&
       return Status::invalid_argument(checkpoint.dir() + ": tensor " + name + " is " + t.type_name +
                                       "; the converter writes F32, F16 and BF16 weights");
     }
-    const uint32_t type = ggml_type_from_dtype(*t.dtype);
-    if (t.dims.size() == 2 && type != kGgmlTypeF32) file_type = type == kGgmlTypeF16 ? 1 : 32;
+    const uint32_t source_type = ggml_type_from_dtype(*t.dtype);
+    // 1-D tensors (norms, biases) are F32, as llama.cpp's converter writes them (its CPU ops add
+    // no BF16 bias); matrices keep their type.
+    const bool vector = t.dims.size() == 1;
+    const uint32_t type = vector ? kGgmlTypeF32 : source_type;
+    if (!vector && type != kGgmlTypeF32) file_type = type == kGgmlTypeF16 ? 1 : 32;
     PAGODA_ASSIGN_OR_RETURN(uint64_t bytes, ggml_tensor_bytes(t.dims, type));
     PAGODA_ASSIGN_OR_RETURN(uint8_t * dst, out.add_tensor_uninitialized(name, t.dims, type));
     const bool q = ends_with(name, ".attn_q.weight"), k = ends_with(name, ".attn_k.weight");
-    if (permute && (q || k) && t.dims.size() == 2) {
+    if (vector && source_type != kGgmlTypeF32) {
+      kernels::dequantize_row(*t.dtype, t.data, reinterpret_cast<float*>(dst), t.dims[0]);
+    } else if (permute && (q || k) && t.dims.size() == 2) {
       const int64_t heads = q ? m.n_head : m.n_kv_head;
       if (t.dims[1] != heads * m.head_dim || m.head_dim % 2 != 0) {
         return Status::invalid_argument(checkpoint.dir() + ": " + name + " has " + std::to_string(t.dims[1]) +

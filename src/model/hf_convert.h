@@ -1,6 +1,7 @@
 // A Hugging Face folder (HfCheckpoint + its tokenizer) -> a GGUF file as llama.cpp's own
 // converter (convert_hf_to_gguf.py) writes it, so llama.cpp and Pagoda both load the result:
-//   - tensor names of hf_checkpoint.h's map (llama.cpp's), data in its dtype (F32/F16/BF16);
+//   - tensor names of hf_checkpoint.h's map (llama.cpp's), matrices in their dtype (F32/F16/BF16),
+//     1-D tensors (norms, biases) as F32 (llama.cpp's CPU ops take no BF16 bias);
 //   - arch "llama": Q and K rows permuted from HF's rotate_half order to ggml's adjacent pairs
 //     (per head of head_dim rows, HF row s * head_dim/2 + i becomes row 2i + s; K by its kv
 //     heads), since llama.cpp runs Llama with normal (pairwise) RoPE; qwen2/qwen3 run NeoX-style

@@ -58,6 +58,9 @@ TEST(ConvertHf, ALlamaFolderBecomesTheGgufItCameFrom) {
   }
   EXPECT_EQ(converted->get_string("general.architecture"), "llama");
   EXPECT_EQ(converted->get_int("llama.block_count"), 2);
+  for (const char* key : {"llama.block_count", "llama.context_length", "llama.embedding_length", "llama.attention.head_count"}) {
+    EXPECT_EQ(converted->find(key)->type, model::GgufType::kUint32) << key << ": llama.cpp wants u32";
+  }
   EXPECT_EQ(converted->get_string("tokenizer.ggml.model"), "gpt2");
   const std::vector<std::string>* tokens = converted->get_string_array("tokenizer.ggml.tokens");
   ASSERT_NE(tokens, nullptr);
@@ -79,7 +82,9 @@ TEST(ConvertHf, Qwen2Bf16KeepsItsNeoxOrder) {
   auto converted = model::GgufFile::read(out);
   ASSERT_TRUE(converted.is_ok());
   EXPECT_EQ(converted->find_tensor("blk.0.attn_q.weight")->ggml_type, model::kGgmlTypeBF16);
-  EXPECT_NE(converted->find_tensor("blk.1.attn_k.bias"), nullptr);
+  ASSERT_NE(converted->find_tensor("blk.1.attn_k.bias"), nullptr);
+  EXPECT_EQ(converted->find_tensor("blk.1.attn_k.bias")->ggml_type, model::kGgmlTypeF32);  // vectors as llama.cpp writes them
+  EXPECT_EQ(converted->find_tensor("output_norm.weight")->ggml_type, model::kGgmlTypeF32);
   EXPECT_EQ(converted->get_int("general.file_type"), 32);  // mostly BF16
   const std::vector<int> folder = greedy(f.dir);
   ASSERT_EQ(folder.size(), 12u);
