@@ -85,6 +85,7 @@ kvcache::ConstByteSpan RecordValueCodec::encode(kvcache::ConstByteSpan record, R
     CHECK(!ZSTD_isError(r)) << "ZSTD_compressCCtx: " << ZSTD_getErrorName(r);
     packed = static_cast<int64_t>(r);
   }
+  if (kRecordEnvelopeBytes + packed >= n) return record;  // incompressible: the plain record is smaller
   uint8_t* h = out.data();
   std::memset(h, 0, kRecordEnvelopeBytes);
   store<uint32_t>(h, kRecordEnvelopeMagic);

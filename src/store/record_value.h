@@ -53,7 +53,8 @@ class RecordValueCodec {
   RecordValueCodec& operator=(const RecordValueCodec&) = delete;
 
   RedisCompression compression() const { return compression_; }
-  // The value for `record`: the record itself (none), or an envelope written into `out`.
+  // The value for `record`: the record itself (none, or when compressing would not make it
+  // smaller), or an envelope written into `out`.
   kvcache::ConstByteSpan encode(kvcache::ConstByteSpan record, RecordScratch& out);
   // The record inside `value`, 4-byte aligned: `value` itself when it is a plain record at an
   // aligned address, else a copy or the decompressed record in `out`. Errors say what is wrong.
