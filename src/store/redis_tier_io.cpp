@@ -183,8 +183,12 @@ void RedisTier::run_put(Job& job, Done& done) {
       record.resize(record_bytes_);
       kvcache::encode_block_record(item.meta, tokens, payload, {record.data(), static_cast<size_t>(record_bytes_)});
       const int64_t cpu0 = thread_cpu_ns();
-      const kvcache::ConstByteSpan value = codec_.encode(record.span(), value_buf);
+      kvcache::ConstByteSpan value = codec_.encode(record.span(), value_buf);
       if (config_.compression != RedisCompression::kNone) counters_->compress_ns += thread_cpu_ns() - cpu0;
+      if (value.data() == record_scratch_.data()) {  // incompressible: the plain record, which the
+        std::memcpy(value_buf.resize(record_bytes_), value.data(), value.size());  // next item reuses
+        value = value_buf.span();
+      }
       r.args.add("SET").add(keys_[i]).add({reinterpret_cast<const char*>(value.data()), value.size()});
       if (config_.ttl_seconds > 0) r.args.add("EX").add(ttl);
       window_bytes += static_cast<int64_t>(value.size());

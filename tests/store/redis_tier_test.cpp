@@ -159,6 +159,26 @@ TEST(RedisTier, CompressedRecordsRoundTripAndAreReadByEveryInstance) {
   }
 }
 
+TEST(RedisTier, IncompressibleBlocksAreStoredPlainEachUnderItsOwnKey) {
+  auto server = RedisServer::start();
+  ASSERT_NE(server, nullptr);
+  SteadyClock clock;
+  kvcache::KvLayout layout = test_layout(KvDType::kF32);
+  layout.head_dim = 256;  // 128 KiB of random payload per block: lz4 cannot shrink it
+  auto c = config_for({server->url()}, layout);
+  c.compression = RedisCompression::kLz4;
+  c.shuffle = false;
+  auto tier = make_tier(c, &clock);
+  ASSERT_NE(tier, nullptr);
+  const auto chain = make_chain(layout, test_ns(), 6, 12, /*exponent_like=*/false);  // random bytes
+  ASSERT_EQ(wait_op(*tier, tier->put(puts_of(chain))).num_ok, 6);
+  EXPECT_EQ(tier->stats().bytes_written, tier->redis_stats().raw_bytes_written);  // stored plain
+  EXPECT_EQ(server->cli("GETRANGE " + tier->key_of(chain[0].meta.block_hash) + " 0 3").out, "PGKV\n");
+  Gets gets(layout, chain, test_ns());
+  EXPECT_EQ(wait_op(*tier, tier->get(gets.gets)).num_ok, 6);
+  for (size_t i = 0; i < chain.size(); ++i) EXPECT_TRUE(gets.dests[i].holds(chain[i])) << i;
+}
+
 TEST(RedisTier, AKilledRedisIsAMissThenAProbeReEnablesIt) {
   auto server = RedisServer::start();
   ASSERT_NE(server, nullptr);
