@@ -4,6 +4,10 @@
 // updates, that the numbers on the page equal /v1/kv/stats and /metrics once the load is over,
 // and that the page talks to no other host; screenshots land in the test's temp dir (one is
 // kept in docs/dashboard.png).
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "real_server.h"
@@ -13,9 +17,16 @@ namespace {
 
 std::string dashboard_npm_dir() { return std::string(PAGODA_SOURCE_DIR) + "/tests/npm/dashboard"; }
 
+// One Chromium at a time (ctest runs these tests side by side otherwise): two browsers and two
+// loaded servers on two cores starve each other's renders (7 s alone, ~2 min together).
 ShellRun run_browser_check(const std::string& url, const std::string& out_dir, const std::string& key) {
   std::filesystem::create_directories(out_dir);
-  return run_shell("cd " + dashboard_npm_dir() + " && node check_dashboard.mjs " + url + " " + out_dir + " " + key + " 2>&1");
+  const int lock = open((::testing::TempDir() + "/pagoda-dashboard-browser.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  CHECK(lock >= 0 && flock(lock, LOCK_EX) == 0);
+  ShellRun run = run_shell("cd " + dashboard_npm_dir() + " && node check_dashboard.mjs " + url + " " + out_dir + " " + key + " 2>&1");
+  flock(lock, LOCK_UN);
+  close(lock);
+  return run;
 }
 
 void expect_browser_ok(const ShellRun& run, const std::string& out_dir) {
