@@ -168,8 +168,9 @@ struct KvExplanation {
 struct ExplainRequest {
   std::vector<int32_t> prompt;
   std::string cache_salt;
-  // Chat: the prompts earlier turns of this conversation were sent as (each rendered with the
-  // generation prompt); one that is not a token prefix of `prompt` is a template rewrite.
+  // Chat: what the cache held after earlier turns (that turn's prompt, rendered to ask for the
+  // reply, + the reply) when the conversation no longer renders them as they were; where one
+  // leaves `prompt` before the chain breaks, the cause is a template rewrite.
   std::vector<std::vector<int32_t>> earlier_turns;
 };
 

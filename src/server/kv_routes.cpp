@@ -102,13 +102,28 @@ void HttpServer::handle_explain(const httplib::Request& req, httplib::Response& 
   Result<std::vector<int32_t>> prompt = chat ? chat_prompt(api) : text_prompt(api.prompts[0]);
   if (!prompt.is_ok()) return reply_error(res, prompt.status(), chat ? "messages" : "prompt");
   request.prompt = std::move(prompt).value();
-  if (chat) {  // what each earlier turn was sent as: the conversation up to a reply, rendered to ask for it
-    for (size_t k = 1; k < api.messages.size(); ++k) {
+  if (chat) {
+    // After an earlier turn k the cache held that turn's prompt (the conversation up to reply k,
+    // rendered to ask for it) and the reply. When the whole conversation now renders to a text
+    // that does not start with that, the template (or the client) rewrote history: pass those
+    // tokens so explain can say where the chain leaves them. Text first, so that a tokenization
+    // difference alone is not called a rewrite.
+    auto full = chat_template_.render(api.messages, true);
+    for (size_t k = 1; full.is_ok() && k < api.messages.size(); ++k) {
       if (api.messages[k].role != "assistant") continue;
+      std::vector<ChatMessage> before(api.messages.begin(), api.messages.begin() + static_cast<std::ptrdiff_t>(k));
+      auto asked = chat_template_.render(before, true);
+      if (!asked.is_ok()) continue;
+      const std::string cached_text = *asked + api.messages[k].content;
+      if (full->compare(0, cached_text.size(), cached_text) == 0) continue;  // history kept as it was
       ApiRequest earlier = api;
-      earlier.messages.resize(k);
+      earlier.messages = std::move(before);
       Result<std::vector<int32_t>> turn = chat_prompt(earlier);
-      if (turn.is_ok()) request.earlier_turns.push_back(std::move(turn).value());
+      if (!turn.is_ok()) continue;
+      const model::Tokenizer& tok = engine_.tokenizer();
+      const std::vector<int32_t> reply = tok.encode(api.messages[k].content, false, true);
+      turn->insert(turn->end(), reply.begin(), reply.end());
+      request.earlier_turns.push_back(std::move(turn).value());
     }
   }
   auto explained = kv->explain(request);

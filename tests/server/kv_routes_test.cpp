@@ -154,6 +154,40 @@ TEST_F(RealServerTest, PagodaExplainPrintsTheCause) {
   EXPECT_NE(wrong.out.find("HTTP 404"), std::string::npos) << wrong.out;
 }
 
+// Llama 3's template trims every message, so a reply the model wrote with spaces around it is
+// rendered differently when the conversation comes back: the cached turn no longer matches.
+class Llama3ServerTest : public RealServerTest {
+ protected:
+  server::ChatFamily chat_family() const override { return server::ChatFamily::kLlama3; }
+};
+
+TEST_F(Llama3ServerTest, ExplainNamesATemplateThatRewritesAnEarlierReply) {
+  const std::string user = "Once upon a time, there was a little girl named Lily. She loved to play.";
+  const std::string reply = "  She ran to the park with her big red ball.  ";
+  // What the cache holds after the first turn: its prompt (rendered to ask for a reply) + the reply.
+  const server::ChatTemplate llama3(server::ChatFamily::kLlama3, "<s>", "</s>");
+  const std::string asked = *llama3.render({{"user", user}}, true);
+  std::vector<int32_t> cached = tokenizer_->encode(asked, /*add_bos=*/false, true);  // the template writes <s>
+  const size_t asked_tokens = cached.size();
+  const std::vector<int32_t> reply_ids = tokenizer_->encode(reply, false, true);
+  cached.insert(cached.end(), reply_ids.begin(), reply_ids.end());
+  ASSERT_EQ(post("/v1/completions", {{"prompt", cached}, {"max_tokens", 1}})->status, 200);
+  const json messages = {{{"role", "user"}, {"content", user}}, {{"role", "assistant"}, {"content", reply}},
+                         {{"role", "user"}, {"content", "What happened next?"}}};
+  auto res = post("/v1/kv/explain", {{"messages", messages}});
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json e = json::parse(res->body);
+  EXPECT_EQ(e["cause"], "template_rewrite") << e;
+  EXPECT_GE(e["diverge_token"].get<size_t>(), asked_tokens - 1) << e;  // at the trimmed reply
+  EXPECT_LE(e["diverge_token"].get<size_t>(), asked_tokens + 1) << e;
+  EXPECT_GT(e["hit_tokens"].get<int64_t>(), 0) << e;  // the first turn's prompt still hits
+  // The same conversation with a reply the template keeps as it is: no rewrite to report.
+  const json kept = {{{"role", "user"}, {"content", user}}, {{"role", "assistant"}, {"content", "She ran."}},
+                     {{"role", "user"}, {"content", "What happened next?"}}};
+  const json e2 = json::parse(post("/v1/kv/explain", {{"messages", kept}})->body);
+  EXPECT_NE(e2["cause"], "template_rewrite") << e2;
+}
+
 class KeyedKvTest : public RealServerTest {
  protected:
   void configure(server::ServerConfig& c) override { c.api_keys = {"sk-1"}; }

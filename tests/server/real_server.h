@@ -79,8 +79,7 @@ class RealServerTest : public ::testing::Test {
     sc.end_of_text_ids = {tokenizer_->eos_id(), tokenizer_->bos_id()};  // as `pagoda serve`
     sc.unix_time = [] { return int64_t{1700000000}; };
     configure(sc);
-    server_ = std::make_unique<server::HttpServer>(*serving_, server::ChatTemplate(server::ChatFamily::kChatML, "<s>", "</s>"),
-                                                   sc, logger_);
+    server_ = std::make_unique<server::HttpServer>(*serving_, server::ChatTemplate(chat_family(), "<s>", "</s>"), sc, logger_);
     auto port = server_->bind();
     ASSERT_TRUE(port.is_ok()) << port.status().message();
     port_ = *port;
@@ -98,6 +97,7 @@ class RealServerTest : public ::testing::Test {
 
   // Fixtures derived from this one change the server's config here (API keys, ...).
   virtual void configure(server::ServerConfig&) {}
+  virtual server::ChatFamily chat_family() const { return server::ChatFamily::kChatML; }
 
   // No request running or waiting, no block held: everything a request took was given back.
   void expect_idle_and_intact() {
