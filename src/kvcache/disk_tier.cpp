@@ -33,9 +33,22 @@ DiskTier::DiskTier(const DiskTierOptions& options, const Clock& clock, const Log
 }
 
 DiskTier::~DiskTier() {
-  // The kernel (or the I/O threads) may still be using our buffers: wait them out.
-  std::vector<IoResult> sink;
-  while (io_->in_flight() > 0) io_->wait(sink);
+  // Writes already started finish (a commit whose record is written, an erase's zero page), so a
+  // clean shutdown leaves on disk what the index held. Reads are dropped: their destinations may
+  // be gone. The kernel (or the I/O threads) may still be using our buffers: wait them out.
+  closing_ = true;
+  on_evict_ = nullptr;
+  read_queue_.clear();
+  std::vector<IoResult> results;
+  for (;;) {
+    if (enabled_) submit_requests();
+    if (io_->in_flight() == 0) break;
+    results.clear();
+    io_->wait(results);
+    for (const IoResult& result : results) {
+      if (enabled_) handle_result(result);
+    }
+  }
   for (int fd : fds_) {
     if (enabled_) ::fdatasync(fd);  // a clean shutdown leaves the records on the device
     io_->close_file(fd);

@@ -267,6 +267,7 @@ class DiskTier final : public Tier {
   DiskIoStats io_stats_;
   TierOpId next_op_ = 1;
   bool enabled_ = true;
+  bool closing_ = false;               // in the destructor: finish writes, drop reads
   std::string disabled_reason_;
 };
 

@@ -84,6 +84,9 @@ void DiskTier::handle_result(const IoResult& result) {
   entry.in_use = false;
   free_requests_.push_back(static_cast<int64_t>(result.tag));
   if (!enabled_) return fail_request(r, Status::unavailable(disabled_reason_));
+  if (closing_ && (r.kind == RequestKind::kRead || r.kind == RequestKind::kDemote)) {
+    return fail_request(r, Status::aborted("disk tier closed"));
+  }
   if (result.res < 0 || (result.res == 0 && left > 0)) return fault(r, result.res);
   switch (r.kind) {
     case RequestKind::kBody: return complete_body(r);

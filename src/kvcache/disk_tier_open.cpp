@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 #include "core/check.h"
 #include "kvcache/disk_tier.h"
@@ -126,6 +127,10 @@ Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& o, con
   if (info.num_slots == 0) {
     return Status::invalid_argument("--kv-disk-mem " + format_bytes(o.capacity_bytes) + " holds no block (one takes " +
                                     format_bytes(info.slot_bytes) + ")");
+  }
+  if (info.num_slots > std::numeric_limits<int32_t>::max()) {
+    return Status::invalid_argument("--kv-disk-mem " + format_bytes(o.capacity_bytes) + " is more than 2^31 blocks of " +
+                                    format_bytes(info.slot_bytes));
   }
   info.slots_per_file = std::clamp<int64_t>(o.file_bytes / info.slot_bytes, 1, info.num_slots);
   info.num_files = (info.num_slots + info.slots_per_file - 1) / info.slots_per_file;
