@@ -33,7 +33,7 @@ namespace {
 
 struct Options {
   std::string dir = "/var/tmp/pagoda-disk-bench";
-  int64_t chains = 12;          // chains written (12 x 119 blocks x 580 KiB = 829 MiB)
+  int64_t chains = 24;          // chains written (24 x 119 blocks x 580 KiB = 1.6 GiB)
   int64_t chain_blocks = 119;   // 1,904 tokens of 16
   int runs = 5;
   int queue_depth = 64;
@@ -97,10 +97,12 @@ int64_t wait_all(DiskTier& tier, std::vector<TierOpId> ids) {
 }
 
 // fio's sequential read bandwidth (bytes/s) of `file`, or -1 without fio.
-double fio_read(const std::string& file, int64_t bytes, int64_t bs, int depth) {
+// fixed: registered buffers and file (--fixedbufs --registerfiles): no page pinning per I/O.
+double fio_read(const std::string& file, int64_t bytes, int64_t bs, int depth, bool fixed) {
   const std::string cmd = "fio --name=seq --filename=" + file + " --rw=read --bs=" + std::to_string(bs) +
                           " --size=" + std::to_string(bytes) + " --direct=1 --ioengine=io_uring --iodepth=" +
-                          std::to_string(depth) + " --readonly --invalidate=1 --output-format=json 2>/dev/null";
+                          std::to_string(depth) + (fixed ? " --fixedbufs --registerfiles" : "") +
+                          " --readonly --invalidate=1 --output-format=json 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return -1;
   std::string text;
@@ -218,8 +220,19 @@ int main(int argc, char** argv) {
     return g;
   };
   const double chain_bytes = static_cast<double>(opt.chain_blocks * info.record_bytes);
+  // fio on the first slot file (the same bytes the tier reads), interleaved with the tier's runs
+  // so that both see the same state of a noisy (virtual) disk.
+  const std::string file0 = disk_tier_file_path(opt.dir, 0);
+  const int64_t fio_bytes = std::min<int64_t>(info.slots_per_file, info.num_slots) * slot;
+  const int64_t large = opt.max_request_bytes / slot * slot;
   std::vector<double> one_bw, two_bw, cpu_per_gb;
+  std::vector<double> fio_runs[4];  // {one slot, tier request} x {plain, fixed buffers}
+  auto run_fio = [&](int which) {
+    fio_runs[which].push_back(fio_read(file0, fio_bytes, which % 2 == 0 ? slot : large, which % 2 == 0 ? opt.queue_depth : 16, which >= 2));
+  };
   for (int run = 0; run < opt.runs; ++run) {
+    run_fio(0);
+    run_fio(2);
     for (int in_flight : {1, 2}) {
       std::vector<int64_t> order(static_cast<size_t>(opt.chains));
       for (int64_t c = 0; c < opt.chains; ++c) order[static_cast<size_t>(c)] = c;
@@ -242,21 +255,17 @@ int main(int argc, char** argv) {
       const double bw = chain_bytes * static_cast<double>(opt.chains) / s;
       (in_flight == 1 ? one_bw : two_bw).push_back(bw);
       if (in_flight == 1) cpu_per_gb.push_back((cpu_seconds() - cpu0) / (chain_bytes * static_cast<double>(opt.chains) * 1e-9));
+      if (in_flight == 1) {
+        run_fio(1);
+        run_fio(3);
+      }
     }
   }
   const DiskIoStats io = tier->io_stats();
   const TierStats st = tier->stats();
   tier.reset();
-
-  // fio on the same file, the same bytes.
-  const std::string file0 = disk_tier_file_path(opt.dir, 0);
-  const int64_t fio_bytes = std::min<int64_t>(info.slots_per_file, info.num_slots) * slot;
-  std::vector<double> fio_block, fio_large;
-  for (int run = 0; run < opt.runs; ++run) {
-    fio_block.push_back(fio_read(file0, fio_bytes, slot, opt.queue_depth));
-    fio_large.push_back(fio_read(file0, fio_bytes, opt.max_request_bytes / slot * slot, 16));
-  }
-  const double fb = median(fio_block), fl = median(fio_large), best_fio = std::max(fb, fl);
+  double fio_bw[4], best_fio = -1;
+  for (int i = 0; i < 4; ++i) best_fio = std::max(best_fio, fio_bw[i] = median(fio_runs[i]));
 
   const double gb = 1e9;
   std::printf("disk tier, llama-110m f16 blocks (record %lld B, slot %lld B), %s, %s through %s (depth %d), "
@@ -274,8 +283,11 @@ int main(int argc, char** argv) {
                   best_fio > 0 ? (std::to_string(static_cast<int>(100 * bw / best_fio + 0.5)) + "%").c_str() : "");
     }
   };
-  row("fio seq read, bs = one slot, iodepth 64", format_bytes(slot), fb);
-  row("fio seq read, bs = tier request, iodepth 16", format_bytes(opt.max_request_bytes / slot * slot), fl);
+  const std::string qd = "iodepth " + std::to_string(opt.queue_depth);
+  row(("fio seq read, bs = one slot, " + qd).c_str(), format_bytes(slot), fio_bw[0]);
+  row("fio seq read, bs = tier request, iodepth 16", format_bytes(large), fio_bw[1]);
+  row(("fio seq read, bs = one slot, " + qd + ", --fixedbufs --registerfiles").c_str(), format_bytes(slot), fio_bw[2]);
+  row("fio seq read, bs = tier request, iodepth 16, --fixedbufs --registerfiles", format_bytes(large), fio_bw[3]);
   row("tier get, 1 chain of 119 blocks at a time", "<= " + format_bytes(opt.max_request_bytes), median(one_bw));
   row("tier get, 2 chains at a time", "<= " + format_bytes(opt.max_request_bytes), median(two_bw));
   std::printf("\nwrite (put, two 56-block pieces in flight): %.2f GB/s; restart scan of %lld slots: %.1f ms, %lld records "

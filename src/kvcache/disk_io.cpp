@@ -36,9 +36,24 @@ int64_t transfer(const IoRequest& r) {
   }
 }
 
-class UringBackend final : public IoBackend {
+// What both backends share: files opened with open(2), a bound on requests in flight.
+class PosixBackend : public IoBackend {
  public:
-  explicit UringBackend(int depth) : depth_(depth) {}
+  explicit PosixBackend(int depth) : depth_(depth) {}
+  int open_file(const std::string& path, bool direct) override { return open_rw(path, direct); }
+  void close_file(int fd) override { ::close(fd); }
+  int64_t max_in_flight() const override { return depth_; }
+  int64_t in_flight() const override { return in_flight_; }
+
+ protected:
+  void check_room(size_t n) const { CHECK_LE(in_flight_ + static_cast<int64_t>(n), static_cast<int64_t>(depth_)); }
+  int depth_;
+  int64_t in_flight_ = 0;  // submitted and not yet reaped (owner thread only)
+};
+
+class UringBackend final : public PosixBackend {
+ public:
+  explicit UringBackend(int depth) : PosixBackend(depth) {}
   ~UringBackend() override {
     // The owner drains its requests before it destroys us (their buffers are its own).
     CHECK_EQ(in_flight_, 0) << "io_uring destroyed with requests in flight";
@@ -51,13 +66,9 @@ class UringBackend final : public IoBackend {
   }
 
   std::string_view name() const override { return "io_uring"; }
-  int open_file(const std::string& path, bool direct) override { return open_rw(path, direct); }
-  void close_file(int fd) override { ::close(fd); }
-  int64_t max_in_flight() const override { return depth_; }
-  int64_t in_flight() const override { return in_flight_; }
 
   void submit(std::span<const IoRequest> requests) override {
-    CHECK_LE(in_flight_ + static_cast<int64_t>(requests.size()), static_cast<int64_t>(depth_));
+    check_room(requests.size());
     for (const IoRequest& r : requests) {
       ++in_flight_;
       if (broken_ != 0) {
@@ -131,16 +142,14 @@ class UringBackend final : public IoBackend {
 
   io_uring ring_{};
   bool ready_ = false;               // ring_ set up (init succeeded)
-  int depth_;
-  int64_t in_flight_ = 0;            // submitted and not yet reaped (including failed_)
   std::deque<uint64_t> unsubmitted_;  // tags in the submission queue, not yet taken by the kernel
   std::vector<IoResult> failed_;      // results made here (a broken ring), delivered by reap
   int broken_ = 0;                    // errno that broke the ring, 0 while it works
 };
 
-class ThreadBackend final : public IoBackend {
+class ThreadBackend final : public PosixBackend {
  public:
-  ThreadBackend(int num_threads, int depth) : depth_(depth) {
+  ThreadBackend(int num_threads, int depth) : PosixBackend(depth) {
     for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { run(); });
   }
   ~ThreadBackend() override {
@@ -153,13 +162,9 @@ class ThreadBackend final : public IoBackend {
   }
 
   std::string_view name() const override { return "threads"; }
-  int open_file(const std::string& path, bool direct) override { return open_rw(path, direct); }
-  void close_file(int fd) override { ::close(fd); }
-  int64_t max_in_flight() const override { return depth_; }
-  int64_t in_flight() const override { return in_flight_; }
 
   void submit(std::span<const IoRequest> requests) override {
-    CHECK_LE(in_flight_ + static_cast<int64_t>(requests.size()), static_cast<int64_t>(depth_));
+    check_room(requests.size());
     {
       std::lock_guard lock(mu_);
       for (const IoRequest& r : requests) queue_.push_back(r);
@@ -201,8 +206,6 @@ class ThreadBackend final : public IoBackend {
     }
   }
 
-  int depth_;
-  int64_t in_flight_ = 0;  // owner thread only
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<IoRequest> queue_;    // guarded by mu_

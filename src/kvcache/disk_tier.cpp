@@ -71,6 +71,11 @@ TierOpId DiskTier::complete_now(TierOpKind kind, int64_t num_items, int64_t num_
   return id;
 }
 
+TierOpId DiskTier::refuse(TierOpKind kind, int64_t num_items) {
+  (kind == TierOpKind::kPut ? stats_.put_failures : stats_.get_failures) += kind == TierOpKind::kLookup ? 0 : num_items;
+  return complete_now(kind, num_items, 0, Status::unavailable(disabled_reason_));
+}
+
 TierOpId DiskTier::new_op(TierOpKind kind, int64_t num_items, Op*& op) {
   const TierOpId id = next_op_++;
   Op& o = ops_[id];
@@ -114,7 +119,7 @@ void DiskTier::flush_finished() {
 TierOpId DiskTier::lookup(std::span<const BlockHash> chain) {
   ++stats_.lookups;
   const int64_t n = static_cast<int64_t>(chain.size());
-  if (!enabled_) return complete_now(TierOpKind::kLookup, n, 0, Status::unavailable(disabled_reason_));
+  if (!enabled_) return refuse(TierOpKind::kLookup, n);
   int64_t held = 0;
   while (held < n && slots_.find(chain[static_cast<size_t>(held)])) ++held;
   stats_.lookup_hit_blocks += held;
@@ -124,10 +129,7 @@ TierOpId DiskTier::lookup(std::span<const BlockHash> chain) {
 TierOpId DiskTier::put(std::span<const TierPut> blocks) {
   ++stats_.puts;
   const int64_t n = static_cast<int64_t>(blocks.size());
-  if (!enabled_) {
-    stats_.put_failures += n;
-    return complete_now(TierOpKind::kPut, n, 0, Status::unavailable(disabled_reason_));
-  }
+  if (!enabled_) return refuse(TierOpKind::kPut, n);
   Op* op = nullptr;
   const TierOpId id = new_op(TierOpKind::kPut, n, op);
   stage_puts(id, *op, blocks);
@@ -295,10 +297,7 @@ void DiskTier::start_reads() {
 TierOpId DiskTier::get(std::span<const TierGet> blocks) {
   ++stats_.gets;
   const int64_t n = static_cast<int64_t>(blocks.size());
-  if (!enabled_) {
-    stats_.get_failures += n;
-    return complete_now(TierOpKind::kGet, n, 0, Status::unavailable(disabled_reason_));
-  }
+  if (!enabled_) return refuse(TierOpKind::kGet, n);
   Op* op = nullptr;
   const TierOpId id = new_op(TierOpKind::kGet, n, op);
   const int64_t segments = 2 * options_.layout.n_layer;

@@ -211,6 +211,7 @@ class DiskTier final : public Tier {
 
   // Ops (disk_tier.cpp).
   TierOpId complete_now(TierOpKind kind, int64_t num_items, int64_t num_ok, Status status);
+  TierOpId refuse(TierOpKind kind, int64_t num_items);  // disabled: a miss, at once
   TierOpId new_op(TierOpKind kind, int64_t num_items, Op*& op);
   void resolve(TierOpId id, Item& item, bool ok, const Status& why = Status::ok());
   void flush_finished();
