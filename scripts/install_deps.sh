@@ -9,6 +9,8 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libicu-dev libutf8proc-dev
   libxxhash-dev liburing-dev   # block record checksums; the SSD tier's asynchronous I/O
+  libhiredis-dev liblz4-dev libzstd-dev   # the Redis tier's client and its record compression
+  redis-server redis-tools     # the Redis tier's tests start their own servers and clusters
   prometheus   # promtool validates /metrics in the tests
   curl         # the serve test runs the curl line `pagoda serve` prints
 )
