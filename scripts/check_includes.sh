@@ -3,6 +3,7 @@
 #   core < kernels < {model, kvcache} < engine < server < tools;
 #   kvcache < {store, transfer, events};  {model, kvcache, events} < router (+ server/http/ only);
 #   server/http/ (the HTTP plumbing of server and router) < core only.
+#   kvcache < capi (libpagoda_kv.so, with include/pagoda/kv_cache.h).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 allowed() {  # module -> modules it may include
@@ -15,6 +16,7 @@ allowed() {  # module -> modules it may include
     engine) echo "core kernels model kvcache transfer events engine" ;;
     server) echo "core kernels model kvcache transfer events engine server" ;;
     router) echo "core kernels model kvcache events router server/http" ;;
+    capi) echo "core kernels kvcache capi pagoda" ;;  # pagoda/: the public C header (include/)
     *) echo "" ;;
   esac
 }

@@ -10,8 +10,13 @@ packages=(
   libcpp-httplib-dev libicu-dev libutf8proc-dev
   libxxhash-dev liburing-dev   # block record checksums; the SSD tier's asynchronous I/O
   libzmq3-dev libmsgpack-cxx-dev  # KV events: ZeroMQ PUB/ROUTER/SUB, msgpack in vLLM's layout
-  prometheus   # promtool validates /metrics in the tests
+  libhiredis-dev liblz4-dev libzstd-dev   # the Redis tier's client and its record compression
+  redis-server redis-tools     # the Redis tier's tests start their own servers and clusters
+  prometheus   # promtool validates /metrics; a live Prometheus scrapes the server in a test
   curl         # the serve test runs the curl line `pagoda serve` prints
+  chromium fonts-dejavu-core   # the dashboard test drives headless Chromium (puppeteer-core)
+  python3      # the C API test drives libpagoda_kv.so through ctypes
+  git          # unpacks llama.cpp's vocab test set from node-llama-cpp's source bundle
 )
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)

@@ -15,6 +15,7 @@
 
 #include "core/dtype.h"
 #include "kernels/quant.h"
+#include "model/byte_level.h"
 #include "model/gguf.h"
 
 namespace pagoda::testing {
@@ -167,6 +168,33 @@ inline void write_hf_folder(const model::GgufFile& gguf, const std::string& dir,
     write_bytes(dir + "/" + file, safetensors_bytes(part, {{"format", "pt"}}));
   }
   write_text(dir + "/model.safetensors.index.json", index.dump(2));
+}
+
+// A byte-level BPE tokenizer.json of 261 tokens (fewer than the model's 300 rows): the 256
+// byte tokens, merges "Ġ t", "h e", "Ġt he", "l l" (ids 256-259) and <|endoftext|> (260).
+inline void write_byte_level_tokenizer(const std::string& dir) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[std::string(model::byte_level_char(static_cast<uint8_t>(b)))] = b;
+  const std::vector<std::string> merges = {"Ġ t", "h e", "Ġt he", "l l"};
+  vocab["Ġt"] = 256;
+  vocab["he"] = 257;
+  vocab["Ġthe"] = 258;
+  vocab["ll"] = 259;
+  const nlohmann::json tokenizer = {
+      {"version", "1.0"},
+      {"added_tokens", {{{"id", 260}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
+                         {"rstrip", false}, {"normalized", false}, {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"fuse_unk", false},
+                 {"byte_fallback", false}, {"vocab", vocab}, {"merges", merges}}},
+  };
+  write_text(dir + "/tokenizer.json", tokenizer.dump());
+  const nlohmann::json config = {{"bos_token", nullptr}, {"eos_token", "<|endoftext|>"}, {"add_bos_token", false},
+                                 {"chat_template", "{% for m in messages %}{{ m['content'] }}{% endfor %}"}};
+  write_text(dir + "/tokenizer_config.json", config.dump());
 }
 
 }  // namespace pagoda::testing

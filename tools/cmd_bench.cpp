@@ -6,6 +6,7 @@
 #include "core/rng.h"
 #include "kernels/matmul.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 
 namespace pagoda::tools {
 
@@ -54,7 +55,9 @@ int bench_prefix_ttft(const BenchOptions& o, engine::Engine& eng, const model::T
   if (auto warmup = eng.generate(make("warm")); !warmup.is_ok()) return fail(warmup.status());
   std::vector<double> cold, warm;
   int64_t cached_tokens = 0;
+  ProgressBar bar("bench runs", !o.engine.quiet, /*bytes=*/false);
   for (int r = 0; r < o.reps; ++r) {
+    bar.update(r, o.reps);
     auto c = eng.generate(make("cold-" + std::to_string(r)));
     if (!c.is_ok()) return fail(c.status());
     auto w = eng.generate(make("warm"));
@@ -71,6 +74,7 @@ int bench_prefix_ttft(const BenchOptions& o, engine::Engine& eng, const model::T
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
+  bar.finish();
   std::printf("| prompt | prefix cached | TTFT ms (median of %d) |\n|---|---|---:|\n", o.reps);
   std::printf("| %lld + 16 tokens | no | %.2f |\n", static_cast<long long>(o.prefix_ttft), cold_ms);
   std::printf("| %lld + 16 tokens | yes (%lld tokens) | %.2f |\n", static_cast<long long>(o.prefix_ttft),
@@ -107,7 +111,9 @@ int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
   decode.max_new_tokens = o.n_gen + 1;  // the first token comes from prefill; n_gen decode steps follow
 
   std::vector<double> prefill_tps, decode_tps;
+  ProgressBar bar("bench runs", !o.engine.quiet, /*bytes=*/false);
   for (int r = 0; r <= o.reps; ++r) {  // run 0 is the warm-up
+    bar.update(r, o.reps + 1);
     if (o.n_prompt > 0) {
       auto res = eng.generate(prefill);
       if (!res.is_ok()) return fail(res.status());
@@ -119,6 +125,7 @@ int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
       if (r > 0) decode_tps.push_back(res->stats.decode_tps());
     }
   }
+  bar.finish();
   const double pp = prefill_tps.empty() ? 0 : median(prefill_tps);
   const double tg = decode_tps.empty() ? 0 : median(decode_tps);
   const std::string model_name = o.engine.model_path.empty() ? "built-in default" : o.engine.model_path;

@@ -4,10 +4,12 @@
 
 #include "kvcache/kv_layout.h"
 #include "model/hf_checkpoint.h"
+#include "model/hf_convert.h"
 #include "model/model_config.h"
 #include "model/model_factory.h"
 #include "tools/commands.h"
 #include "tools/model_source.h"
+#include "tools/progress.h"
 
 namespace pagoda::tools {
 
@@ -102,12 +104,15 @@ int info(const std::string& path, const std::string& tokenizer_path, bool all_ke
   return 0;
 }
 
-int make_model(const std::string& shape_name, const std::string& dtype_name_str, const std::string& out, uint64_t seed) {
+int make_model(const std::string& shape_name, const std::string& dtype_name_str, const std::string& out, uint64_t seed,
+               bool quiet) {
   auto shape = model::find_model_shape(shape_name);
   if (!shape.is_ok()) return fail(shape.status());
   auto mix = model::find_weight_mix(dtype_name_str);
   if (!mix.is_ok()) return fail(mix.status());
-  auto file = model::make_random_model(*shape, *mix, seed);
+  ProgressBar bar("make-model " + shape_name + " layers", !quiet, /*bytes=*/false);
+  auto file = model::make_random_model(*shape, *mix, seed, [&](int64_t done, int64_t total) { bar.update(done, total); });
+  bar.finish();
   if (!file.is_ok()) return fail(file.status());
   Status s = file->write(out);
   if (!s.is_ok()) return fail(s);
@@ -115,8 +120,26 @@ int make_model(const std::string& shape_name, const std::string& dtype_name_str,
   return 0;
 }
 
-int convert(const std::string& in, const std::string& tokenizer, const std::string& out) {
-  auto file = load_model_file(in, tokenizer);
+// A Hugging Face folder -> GGUF as llama.cpp's converter writes it (model/hf_convert.h).
+int convert_hf(const std::string& in, const std::string& out, bool quiet) {
+  auto checkpoint = model::HfCheckpoint::open(in);
+  if (!checkpoint.is_ok()) return fail(checkpoint.status());
+  auto tokenizer = tokenizer_from_hf_folder(in);
+  if (!tokenizer.is_ok()) return fail(tokenizer.status());
+  ProgressBar bar("converting", !quiet);
+  auto file = model::gguf_from_hf(*checkpoint, *tokenizer, [&](int64_t done, int64_t total) { bar.update(done, total); });
+  bar.finish();
+  if (!file.is_ok()) return fail(file.status());
+  Status s = file->write(out);
+  if (!s.is_ok()) return fail(s);
+  std::printf("wrote %s (%s, %zu tensors, from %s)\n", out.c_str(), checkpoint->config().model.arch_name.c_str(),
+              file->tensors().size(), checkpoint->config().architecture.c_str());
+  return 0;
+}
+
+int convert(const std::string& in, const std::string& tokenizer, const std::string& out, bool quiet) {
+  if (model::is_hf_model_dir(in)) return convert_hf(in, out, quiet);
+  auto file = load_model_file(in, tokenizer, !quiet);
   if (!file.is_ok()) return fail(file.status());
   if (auto config = model::config_from_gguf(*file); !config.is_ok()) return fail(config.status().with_context(in));
   Status s = file->write(out);
@@ -142,6 +165,7 @@ void register_make_model(CLI::App& app, int& exit_code) {
   struct Options {
     std::string shape = "tiny", dtype = "f32", out;
     uint64_t seed = 1234;
+    bool quiet = false;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("make-model", "write a random-weight GGUF of a named shape");
@@ -150,19 +174,22 @@ void register_make_model(CLI::App& app, int& exit_code) {
                   "weights: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or a llama.cpp mix: q4_k_m, q5_k_m");
   cmd->add_option("-o,--output", o->out, "output .gguf")->required();
   cmd->add_option("--seed", o->seed, "weights seed");
-  cmd->callback([o, &exit_code] { exit_code = make_model(o->shape, o->dtype, o->out, o->seed); });
+  cmd->add_flag("-q,--quiet", o->quiet, "no progress bar (drawn only when stderr is a terminal)");
+  cmd->callback([o, &exit_code] { exit_code = make_model(o->shape, o->dtype, o->out, o->seed, o->quiet); });
 }
 
 void register_convert(CLI::App& app, int& exit_code) {
   struct Options {
     std::string in, tokenizer, out;
+    bool quiet = false;
   };
   auto o = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("convert", "convert a llama2.c checkpoint to GGUF");
-  cmd->add_option("model", o->in, "llama2.c .bin checkpoint")->required();
-  cmd->add_option("--tokenizer", o->tokenizer, "its tokenizer.bin");
+  CLI::App* cmd = app.add_subcommand("convert", "convert a Hugging Face folder or a llama2.c checkpoint to GGUF (llama.cpp loads it)");
+  cmd->add_option("model", o->in, "Hugging Face folder (config.json, safetensors, tokenizer.json) or llama2.c .bin")->required();
+  cmd->add_option("--tokenizer", o->tokenizer, "a llama2.c checkpoint's tokenizer.bin");
   cmd->add_option("-o,--output", o->out, "output .gguf")->required();
-  cmd->callback([o, &exit_code] { exit_code = convert(o->in, o->tokenizer, o->out); });
+  cmd->add_flag("-q,--quiet", o->quiet, "no progress bar (drawn only when stderr is a terminal)");
+  cmd->callback([o, &exit_code] { exit_code = convert(o->in, o->tokenizer, o->out, o->quiet); });
 }
 
 }  // namespace pagoda::tools

@@ -85,6 +85,9 @@ int run(const RunOptions& o, const Clock& clock, Logger& logger) {
     for (int32_t id : {tok.eos_id(), tok.bos_id()}) {
       if (id >= 0) request.stop_token_ids.push_back(id);
     }
+    // And every other end of generation the model names (generation_config.json, GGUF eot).
+    request.stop_token_ids.insert(request.stop_token_ids.end(), loaded->stop_token_ids.begin(),
+                                  loaded->stop_token_ids.end());
   }
 
   request.cache_salt = o.cache_salt;

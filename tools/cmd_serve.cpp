@@ -45,6 +45,7 @@ struct ServeOptions {
   int64_t max_body_bytes = 8 << 20;
   double drain_timeout_s = 30;
   std::string kv_events_config;  // vLLM's --kv-events-config JSON; "" = no events
+  bool no_dashboard = false;
 };
 
 std::string served_name(const ServeOptions& o, const engine::Engine& eng) {
@@ -56,6 +57,34 @@ std::string served_name(const ServeOptions& o, const engine::Engine& eng) {
   }
   if (!eng.model().config().name.empty()) return eng.model().config().name;
   return "default";
+}
+
+std::string describe_model(const engine::Engine& eng) {
+  const model::ModelConfig& mc = eng.model().config();
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "%s, %lld layers, width %lld, vocab %lld, context %lld", mc.arch_name.c_str(),
+                static_cast<long long>(mc.n_layer), static_cast<long long>(mc.n_embd),
+                static_cast<long long>(mc.n_vocab), static_cast<long long>(eng.max_context()));
+  return buf;
+}
+
+// What a new user needs on the first screen: which model this is (and that the built-in one
+// speaks noise), how to serve a real one, a request to try, and where the dashboard is.
+void print_welcome(const ServeOptions& o, const server::ServerConfig& config, const std::string& description,
+                   const std::string& url) {
+  std::printf("pagoda serve: %s at %s\n", config.model_name.c_str(), url.c_str());
+  std::printf("  model: %s\n", description.c_str());
+  if (o.engine.model_path.empty()) {
+    std::printf("  this is the BUILT-IN model: random weights, so its replies are noise (it needs no download).\n"
+                "  serve a real one:  pagoda serve -m MODEL.gguf   or   pagoda serve -m HF_FOLDER/  (config.json +\n"
+                "  safetensors + tokenizer.json), e.g. a Llama, Mistral, Qwen2 or Qwen3 GGUF from llama.cpp's converter\n");
+  }
+  std::printf("  try: curl -s %s/v1/completions -H 'Content-Type: application/json'%s -d "
+              "'{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n",
+              url.c_str(), o.api_keys.empty() ? "" : " -H 'Authorization: Bearer YOUR_KEY'");
+  if (config.dashboard) std::printf("  dashboard: %s/dashboard   (KV cache, live)\n", url.c_str());
+  std::printf("  why a prompt misses the cache: pagoda explain --url %s \"your prompt\"\n", url.c_str());
+  std::fflush(stdout);
 }
 
 // Waits for SIGINT/SIGTERM (blocked in every thread since before any was started).
@@ -128,6 +157,9 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   for (int32_t id : {tokenizer->eos_id(), tokenizer->bos_id()}) {
     if (id >= 0) config.end_of_text_ids.push_back(id);
   }
+  config.end_of_text_ids.insert(config.end_of_text_ids.end(), loaded->stop_token_ids.begin(),
+                                loaded->stop_token_ids.end());  // generation_config.json's EOS list
+  config.dashboard = !o.no_dashboard;
   config.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   config.http_threads = o.http_threads;
   config.seed = std::random_device{}();
@@ -148,6 +180,7 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   serving_config.max_num_seqs = o.max_num_seqs;
   serving_config.max_num_batched_tokens = o.max_num_batched_tokens;
   serving_config.max_waiting = o.max_waiting;
+  const std::string eng_description = describe_model(eng);
   auto serving = engine::ServingEngine::create(std::move(loaded->engine), tokenizer, serving_config);
   if (!serving.is_ok()) return fail(serving.status());
   engine::ServingEngine& engine = **serving;
@@ -157,11 +190,7 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   if (!port.is_ok()) return fail(port.status());
   engine.start();
   const std::string url = "http://" + o.host + ":" + std::to_string(*port);
-  std::printf("pagoda serve: %s at %s\n", config.model_name.c_str(), url.c_str());
-  std::printf("try: curl -s %s/v1/completions -H 'Content-Type: application/json'%s -d "
-              "'{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n",
-              url.c_str(), o.api_keys.empty() ? "" : " -H 'Authorization: Bearer YOUR_KEY'");
-  std::fflush(stdout);
+  print_welcome(o, config, eng_description, url);
 
   std::thread listener([&] {
     http.listen();
@@ -212,6 +241,7 @@ void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit
                   "KV cache events over ZeroMQ, vLLM's JSON: {\"enable_kv_cache_events\":true,\"endpoint\":\"tcp://*:5557\","
                   "\"replay_endpoint\":\"tcp://*:5558\",\"topic\":\"\"} (also publisher, buffer_steps, hwm, "
                   "max_queue_size; Pagoda's \"encoding\": \"map\" | \"array\")");
+  cmd->add_flag("--no-dashboard", options->no_dashboard, "do not serve the live dashboard at /dashboard");
   cmd->callback([options, &clock, &logger, &exit_code] { exit_code = serve(*options, clock, logger); });
 }
 

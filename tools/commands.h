@@ -23,6 +23,7 @@ struct EngineOptions {
   int64_t ctx_size = 0;
   int64_t batch_size = 512;
   bool verbose = false;
+  bool quiet = false;      // no progress bars (they are drawn only on a terminal anyway)
   bool no_prefix_cache = false;
   std::string eviction = "lru";
   int64_t kv_window = 0;  // StreamingLLM: tokens kept after the sinks (0: off)
@@ -37,6 +38,7 @@ struct LoadedEngine {
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<model::Tokenizer> tokenizer;
   std::string chat_template;  // "" if the model has none
+  std::vector<int32_t> stop_token_ids;  // end a generation besides EOS (generation_config.json, GGUF eot)
 };
 Result<LoadedEngine> load_engine(const EngineOptions& options, const Clock& clock, const Logger& logger);
 
@@ -54,5 +56,6 @@ void register_kvcalc(CLI::App& app, int& exit_code);
 void register_perplexity(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
 void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
 void register_router(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
+void register_explain(CLI::App& app, int& exit_code);
 
 }  // namespace pagoda::tools

@@ -22,6 +22,7 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_option("-c,--ctx-size", o.ctx_size, "context length (default: the model's)");
   app.add_option("-b,--batch-size", o.batch_size, "rows per forward pass (prefill chunk)")->check(CLI::Range(1, 65536));
   app.add_flag("-v,--verbose", o.verbose, "log more");
+  app.add_flag("-q,--quiet", o.quiet, "no progress bars (drawn only when stderr is a terminal)");
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "do not reuse cached KV of earlier prompts");
   app.add_option("--eviction", o.eviction, "which cached KV blocks go first when memory is needed")
       ->check(CLI::IsMember({"lru", "lfu", "priority"}));
@@ -71,10 +72,11 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
 
 Result<LoadedEngine> load_engine(const EngineOptions& o, const Clock& clock, const Logger& logger) {
   PAGODA_ASSIGN_OR_RETURN(engine::EngineConfig config, engine_config_from(o));
-  PAGODA_ASSIGN_OR_RETURN(LoadedModel source, load_model(o.model_path, o.tokenizer_path));
+  PAGODA_ASSIGN_OR_RETURN(LoadedModel source, load_model(o.model_path, o.tokenizer_path, !o.quiet));
   LoadedEngine loaded;
   loaded.tokenizer = std::move(source.tokenizer);
   loaded.chat_template = std::move(source.chat_template);
+  loaded.stop_token_ids = std::move(source.stop_token_ids);
   const std::string name = o.model_path.empty() ? std::string("built-in default model") : o.model_path;
   const model::ModelConfig& mc = source.model->config();
   logger.info(name + ": " + mc.arch_name + ", " + std::to_string(mc.n_layer) + " layers, width " +

@@ -9,6 +9,7 @@
 #include "model/hf_tokenizer.h"
 #include "model/llama2c.h"
 #include "model/model_factory.h"
+#include "tools/progress.h"
 
 namespace pagoda::tools {
 
@@ -21,7 +22,7 @@ bool starts_with_gguf_magic(const std::string& path) {
 }
 }  // namespace
 
-Result<model::GgufFile> load_model_file(const std::string& path, const std::string& tokenizer_path) {
+Result<model::GgufFile> load_model_file(const std::string& path, const std::string& tokenizer_path, bool progress) {
   if (path.empty()) return model::make_default_model();
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return Status::error(path + ": no such file");
@@ -31,7 +32,12 @@ Result<model::GgufFile> load_model_file(const std::string& path, const std::stri
     }
     return Status::error(path + ": is a directory without config.json (neither a Hugging Face model folder nor a model file)");
   }
-  if (starts_with_gguf_magic(path)) return model::GgufFile::read(path);
+  if (starts_with_gguf_magic(path)) {
+    ProgressBar bar("loading " + std::filesystem::path(path).filename().string(), progress);
+    return model::GgufFile::read(path, [&](uint64_t done, uint64_t total) {
+      bar.update(static_cast<int64_t>(done), static_cast<int64_t>(total));
+    });
+  }
   std::string tok = tokenizer_path;
   if (tok.empty()) {
     const auto dir = std::filesystem::path(path).parent_path();
@@ -77,7 +83,7 @@ Result<LoadedTokenizer> load_tokenizer(const std::string& path, const std::strin
   return loaded;
 }
 
-Result<LoadedModel> load_model(const std::string& path, const std::string& tokenizer_path) {
+Result<LoadedModel> load_model(const std::string& path, const std::string& tokenizer_path, bool progress) {
   LoadedModel loaded;
   const std::string name = path.empty() ? std::string("built-in default model") : path;
   if (model::is_hf_model_dir(path)) {
@@ -86,11 +92,20 @@ Result<LoadedModel> load_model(const std::string& path, const std::string& token
     PAGODA_ASSIGN_OR_RETURN(model::HfTokenizer hf, tokenizer_from_hf_folder(path));
     loaded.tokenizer = std::make_unique<model::Tokenizer>(std::move(hf.tokenizer));
     loaded.chat_template = std::move(hf.chat_template);
+    for (int32_t id : hf.eos_ids) {
+      if (id != loaded.tokenizer->eos_id()) loaded.stop_token_ids.push_back(id);
+    }
   } else {
-    PAGODA_ASSIGN_OR_RETURN(model::GgufFile file, load_model_file(path, tokenizer_path));
+    PAGODA_ASSIGN_OR_RETURN(model::GgufFile file, load_model_file(path, tokenizer_path, progress));
     PAGODA_ASSIGN_OR_RETURN(model::Tokenizer tokenizer, tokenizer_from_file(file));
     loaded.tokenizer = std::make_unique<model::Tokenizer>(std::move(tokenizer));
     loaded.chat_template = file.get_string("tokenizer.chat_template").value_or("");
+    for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+      const int64_t id = file.get_int(key).value_or(-1);
+      if (id >= 0 && id < loaded.tokenizer->vocab_size() && id != loaded.tokenizer->eos_id()) {
+        loaded.stop_token_ids.push_back(static_cast<int32_t>(id));
+      }
+    }
     auto model = model::LlamaModel::load(std::move(file));
     if (!model.is_ok()) return model.status().with_context(name);
     loaded.model = std::move(model).value();

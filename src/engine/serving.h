@@ -107,6 +107,7 @@ class RequestObserver {
 };
 
 using RequestId = int64_t;
+class KvIntrospector;  // engine/introspection.h
 
 // Prometheus-ready numbers (the server renders them). Base units: seconds, tokens, blocks.
 struct Histogram {
@@ -170,6 +171,8 @@ class ServingEngine {
   // directly when not started or already shut down); aborts on a leaked or miscounted block.
   // Blocks until done.
   virtual void check_integrity() = 0;
+  // The KV introspection API (engine/introspection.h); null when this engine has none.
+  virtual KvIntrospector* introspector() { return nullptr; }
 };
 
 }  // namespace pagoda::engine

@@ -62,7 +62,10 @@ ServingEngineImpl::ServingEngineImpl(std::unique_ptr<Engine> engine, std::shared
       clock_(&engine_->clock()),
       n_vocab_(engine_->model().config().n_vocab),
       pool_tokens_(engine_->kv_plan().num_blocks * engine_->kv_layout().block_size),
-      scheduler_(engine_->block_manager(), scheduler_options(*engine_, config)) {
+      scheduler_(engine_->block_manager(), scheduler_options(*engine_, config)),
+      history_(*clock_),
+      start_ns_(clock_->now_ns()) {
+  engine_->block_manager().add_listener(&history_);
   step_seqs_.reserve(config_.max_num_seqs);
   logits_.resize(config_.max_num_seqs * n_vocab_);
   row_.resize(n_vocab_);
@@ -72,7 +75,10 @@ ServingEngineImpl::ServingEngineImpl(std::unique_ptr<Engine> engine, std::shared
   publish_metrics();
 }
 
-ServingEngineImpl::~ServingEngineImpl() { shutdown(false); }
+ServingEngineImpl::~ServingEngineImpl() {
+  shutdown(false);
+  engine_->block_manager().remove_listener(&history_);
+}
 
 Status ServingEngineImpl::validate(const CompletionRequest& r, int64_t* max_tokens) const {
   const int64_t n_prompt = static_cast<int64_t>(r.prompt.size());
@@ -146,20 +152,24 @@ void ServingEngineImpl::start() {
 void ServingEngineImpl::run_loop() {
   for (;;) {
     run_integrity_checks();
+    run_loop_tasks();
     const bool worked = step_locked_out();
     std::unique_lock<std::mutex> lock(mutex_);
     if (stopping_ && requests_.empty() && inbox_.empty()) break;
     if (!worked) {
       wake_.wait(lock, [&] {
-        return !inbox_.empty() || !aborts_.empty() || stopping_ || integrity_requests_ > integrity_done_;
+        return !inbox_.empty() || !aborts_.empty() || stopping_ || integrity_requests_ > integrity_done_ ||
+               !loop_tasks_.empty();
       });
     }
   }
+  run_loop_tasks();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     loop_running_ = false;
   }
   integrity_checked_.notify_all();
+  loop_tasks_ran_.notify_all();
 }
 
 void ServingEngineImpl::shutdown(bool drain) {

@@ -28,13 +28,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include <functional>
+
+#include "engine/introspection.h"
+#include "engine/kv_history.h"
 #include "engine/scheduler.h"
 #include "engine/serving.h"
 #include "engine/text_stream.h"
 
 namespace pagoda::engine {
 
-class ServingEngineImpl final : public ServingEngine {
+class ServingEngineImpl final : public ServingEngine, public KvIntrospector {
  public:
   ServingEngineImpl(std::unique_ptr<Engine> engine, std::shared_ptr<const model::Tokenizer> tokenizer,
                     const ServingConfig& config);
@@ -49,6 +53,11 @@ class ServingEngineImpl final : public ServingEngine {
   const Engine& engine() const override { return *engine_; }
   const model::Tokenizer& tokenizer() const override { return *tokenizer_; }
   void check_integrity() override;
+  KvIntrospector* introspector() override { return this; }
+  // KvIntrospector (serving_introspection.cpp), each run through run_on_loop.
+  KvSnapshot snapshot(const SnapshotOptions& options) override;
+  Result<RequestKv> request_kv(RequestId id) override;
+  Result<KvExplanation> explain(const ExplainRequest& request) override;
 
  private:
   struct Choice {
@@ -103,6 +112,10 @@ class ServingEngineImpl final : public ServingEngine {
   void fork_choices(Request& r);
   void publish_metrics();
   void run_integrity_checks();  // on the loop thread, between steps
+  // Runs fn on the loop thread between two steps and waits for it (directly when no loop runs).
+  void run_on_loop(const std::function<void()>& fn);
+  void run_loop_tasks();        // on the loop thread, between steps
+  RequestSnapshot request_snapshot(const Request& r, int64_t now);
 
   std::unique_ptr<Engine> engine_;
   std::shared_ptr<const model::Tokenizer> tokenizer_;
@@ -124,6 +137,8 @@ class ServingEngineImpl final : public ServingEngine {
   std::vector<Submitted> inbox_local_;
   std::vector<RequestId> aborts_local_;
   ServingMetrics loop_metrics_;
+  KvHistory history_;             // listens to the block manager (evictions, namespaces, ticks)
+  int64_t start_ns_ = 0;
 
   // Shared with submitters, under mutex_.
   mutable std::mutex mutex_;
@@ -139,6 +154,9 @@ class ServingEngineImpl final : public ServingEngine {
   bool loop_running_ = false;
   int64_t integrity_requests_ = 0, integrity_done_ = 0;  // check_integrity() hand-off
   std::condition_variable integrity_checked_;
+  std::vector<const std::function<void()>*> loop_tasks_;  // run_on_loop hand-off
+  int64_t loop_tasks_queued_ = 0, loop_tasks_done_ = 0;
+  std::condition_variable loop_tasks_ran_;
   ServingMetrics published_;
   std::thread loop_;
 };

@@ -189,6 +189,7 @@ bool ServingEngineImpl::step_locked_out() {
   }
   ++loop_metrics_.steps;
   const int64_t t = clock_->now_ns();
+  history_.mark_tick(engine_->block_manager().logical_now(), t);
   int64_t row = 0;
   for (const ScheduledSeq& e : plan.scheduled) {
     if (!step_seqs_[&e - plan.scheduled.data()].logits) continue;

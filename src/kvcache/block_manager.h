@@ -184,6 +184,11 @@ class BlockManager {
   const BlockManagerStats& stats() const { return stats_; }
   EvictionPolicyKind eviction_policy() const { return policy_->kind(); }
   const PrefixIndex& index() const { return index_; }
+  // Read-only views for introspection (engine/introspection.h).
+  const BlockUsage& usage(int32_t block) const { return usage_[block]; }
+  int32_t pin_count(int32_t block) const { return pins_[block]; }
+  uint64_t logical_now() const { return clock_->now(); }
+  BlockHashFn hash_fn() const { return hash_fn_; }
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
   // Listeners are told of stored and evicted blocks (block_events.h), in the order added.

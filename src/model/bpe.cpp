@@ -215,9 +215,9 @@ void Tokenizer::bpe_merge(std::vector<int32_t>& ids, std::span<const std::string
       out.push_back(ids[i]);
     } else if (static_cast<size_t>(i) < fallback.size()) {
       for (char c : fallback[i]) out.push_back(byte_to_id_[static_cast<uint8_t>(c)]);
-    } else {
+    } else if (vocab_.unk_id >= 0) {
       out.push_back(vocab_.unk_id);
-    }
+    }  // else a byte-level byte without a token and no unk: dropped, as llama.cpp does
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -133,7 +134,9 @@ struct GgufTensorInfo {
 // tensors() (invalidating GgufTensorInfo references, not data pointers).
 class GgufFile {
  public:
-  static Result<GgufFile> read(const std::string& path);
+  // progress(done, total bytes), when given, is called as the file is read (64 MiB steps).
+  static Result<GgufFile> read(const std::string& path,
+                               const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
   static Result<GgufFile> parse(const uint8_t* data, size_t size, const std::string& name);
   // Header only: tensors() is filled (and checked against the file size) but
   // tensor_data() returns nullptr. Reads about as many bytes as the header needs.

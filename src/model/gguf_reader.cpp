@@ -397,12 +397,18 @@ Result<GgufFile> GgufFile::parse(const uint8_t* data, size_t size, const std::st
   return from_buffer(std::move(buffer).value(), name);
 }
 
-Result<GgufFile> GgufFile::read(const std::string& path) {
+Result<GgufFile> GgufFile::read(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   PAGODA_ASSIGN_OR_RETURN(uint64_t size, open_regular(path, &fd));
   auto buffer = AlignedBuffer::allocate(size);
   if (!buffer.is_ok()) return buffer.status().with_context(path);
-  PAGODA_RETURN_IF_ERROR(pread_all(fd.get(), buffer->data(), size, 0, path));
+  constexpr uint64_t kStep = uint64_t{64} << 20;
+  for (uint64_t done = 0; done < size;) {
+    const uint64_t n = std::min(kStep, size - done);
+    PAGODA_RETURN_IF_ERROR(pread_all(fd.get(), buffer->data() + done, n, done, path));
+    done += n;
+    if (progress) progress(done, size);
+  }
   return from_buffer(std::move(buffer).value(), path);
 }
 

@@ -1,5 +1,6 @@
 #include "model/hf_tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -250,6 +251,23 @@ Result<HfTokenizer> load(const std::string& dir) {
   }
   if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) v.add_bos = config["add_bos_token"].get<bool>();
   if (config.contains("add_eos_token") && config["add_eos_token"].is_boolean()) v.add_eos = config["add_eos_token"].get<bool>();
+  // generation_config.json: the ids generation stops at (an id or a list).
+  std::vector<int32_t> eos_ids;
+  if (v.eos_id >= 0) eos_ids.push_back(v.eos_id);
+  if (std::filesystem::exists(folder / "generation_config.json", ec)) {
+    PAGODA_ASSIGN_OR_RETURN(json gen, read_json(folder / "generation_config.json"));
+    const json ids = gen.is_object() ? gen.value("eos_token_id", json()) : json();
+    for (const json& id : ids.is_array() ? ids : json::array({ids})) {
+      if (id.is_null()) continue;
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= static_cast<int64_t>(v.tokens.size())) {
+        return Status::invalid_argument(dir + "/generation_config.json: eos_token_id " + id.dump() +
+                                        " is not a token id of the vocabulary");
+      }
+      const auto eos = static_cast<int32_t>(id.get<int64_t>());
+      if (std::find(eos_ids.begin(), eos_ids.end(), eos) == eos_ids.end()) eos_ids.push_back(eos);
+    }
+    if (v.eos_id < 0 && !eos_ids.empty()) v.eos_id = eos_ids.front();
+  }
   if (v.add_bos && v.bos_id < 0) v.add_bos = false;  // nothing to add
   if (v.add_eos && v.eos_id < 0) v.add_eos = false;
 
@@ -270,7 +288,7 @@ Result<HfTokenizer> load(const std::string& dir) {
   const bool add_bos = v.add_bos;
   auto tokenizer = Tokenizer::create(std::move(v));
   if (!tokenizer.is_ok()) return tokenizer.status().with_context(dir + "/tokenizer.json");
-  return HfTokenizer{std::move(*tokenizer), bos, eos, add_bos, std::move(chat_template)};
+  return HfTokenizer{std::move(*tokenizer), bos, eos, std::move(eos_ids), add_bos, std::move(chat_template)};
 }
 
 }  // namespace

@@ -11,11 +11,14 @@
 // (special=true: matched only with parse_special).
 // tokenizer_config.json, when present, gives bos_token / eos_token (a string or an AddedToken
 // object), add_bos_token / add_eos_token and chat_template (a string, or the "default" entry of
-// a list of named templates). Anything else unsupported is an error naming the part, never a
-// silently different tokenizer.
+// a list of named templates). generation_config.json, when present, gives the ids that end a
+// generation (eos_token_id: an id or a list, e.g. Llama 3 Instruct's <|end_of_text|> and
+// <|eot_id|>): all of them are eos_ids, and the first is the EOS when tokenizer_config names none.
+// Anything else unsupported is an error naming the part, never a silently different tokenizer.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/tokenizer.h"
@@ -26,6 +29,7 @@ struct HfTokenizer {
   Tokenizer tokenizer;        // tokenizer.vocab() carries bos/eos ids and add_bos/add_eos too
   int32_t bos_id = -1;        // -1: none
   int32_t eos_id = -1;        // -1: none
+  std::vector<int32_t> eos_ids;  // every id that ends a generation (eos_id first), in the vocab
   bool add_bos = false;       // tokenizer_config add_bos_token (else what the post-processor adds)
   std::string chat_template;  // "" when there is none
 };

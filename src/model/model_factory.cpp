@@ -137,7 +137,11 @@ Result<GgufFile> make_random_model(const ModelShape& s, DType dtype, uint64_t se
   return make_random_model(s, mix, seed);
 }
 
-Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, uint64_t seed) {
+Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, uint64_t seed,
+                                   const std::function<void(int64_t, int64_t)>& progress) {
+  auto report = [&](int64_t done) {
+    if (progress) progress(done, s.n_layer + 2);
+  };
   if (s.n_embd % s.n_head != 0 || s.n_head % s.n_kv_head != 0) return Status::error("bad shape " + s.name);
   for (int64_t n_in : {s.n_embd, s.n_ff}) {
     if (n_in % dtype_info(weight_dtype(mix, "blk.0.ffn_up.weight", n_in, s.n_layer)).block_elems != 0) {
@@ -173,6 +177,7 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
     return add_random_matrix(f, name, n_out, n_in, weight_dtype(mix, name, n_in, s.n_layer), rng);
   };
   PAGODA_RETURN_IF_ERROR(add_weight("token_embd.weight", s.n_vocab, s.n_embd));
+  report(1);
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     PAGODA_RETURN_IF_ERROR(add_ones(f, p + "attn_norm.weight", s.n_embd));
@@ -189,9 +194,11 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
     PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate.weight", s.n_ff, s.n_embd));
     PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_up.weight", s.n_ff, s.n_embd));
     PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_down.weight", s.n_embd, s.n_ff));
+    report(l + 2);
   }
   PAGODA_RETURN_IF_ERROR(add_ones(f, "output_norm.weight", s.n_embd));
   PAGODA_RETURN_IF_ERROR(add_weight("output.weight", s.n_vocab, s.n_embd));
+  report(s.n_layer + 2);
   return f;
 }
 

@@ -6,6 +6,8 @@
 // printable ASCII, then synthetic multi-letter pieces up to the vocab size.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,7 +55,9 @@ DType weight_dtype(const WeightMix& mix, const std::string& tensor, int64_t n_in
 
 // Builds the model in memory. 2-D weights use `dtype` (or `mix`); norms are f32.
 Result<GgufFile> make_random_model(const ModelShape& shape, DType dtype, uint64_t seed = 1234);
-Result<GgufFile> make_random_model(const ModelShape& shape, const WeightMix& mix, uint64_t seed = 1234);
+// progress(layers done, n_layer + 2), when given, after the embedding, each layer and the output.
+Result<GgufFile> make_random_model(const ModelShape& shape, const WeightMix& mix, uint64_t seed = 1234,
+                                   const std::function<void(int64_t done, int64_t total)>& progress = nullptr);
 
 // The built-in default model ("default" shape, f32, seed 1234).
 Result<GgufFile> make_default_model();

@@ -16,6 +16,10 @@ const char* const kLlama3[] = {
 const char* const kQwen2[] = {
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
     "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+// Qwen3.5: Qwen2's, with combining marks kept inside letter runs (\p{M}).
+const char* const kQwen35[] = {
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+"
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
 const char* const kDeepseekV3[] = {
     "\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",  // as tokenizer.json writes it (no normalizable characters)
     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
@@ -131,7 +135,8 @@ Result<std::vector<std::string>> pre_tokenizer_regexes(std::string_view name) {
   };
   if (is({"default"})) return list(kDefault);
   if (is({"llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe"})) return list(kLlama3);
-  if (is({"qwen2", "stablelm2"})) return list(kQwen2);
+  if (is({"qwen2", "stablelm2", "deepseek-r1-qwen"})) return list(kQwen2);
+  if (is({"qwen35"})) return list(kQwen35);
   if (is({"deepseek-v3"})) return list(kDeepseekV3);
   if (is({"deepseek-llm"})) return list(kDeepseekLlm);
   if (is({"deepseek-coder"})) return list(kDeepseekCoder);
@@ -143,7 +148,7 @@ Result<std::vector<std::string>> pre_tokenizer_regexes(std::string_view name) {
   return Status::invalid_argument(
       "pre-tokenizer '" + std::string(name) +
       "' is not supported (supported: default, gpt-2, mpt, gpt-neox, olmo, llama-bpe, llama3, "
-      "dbrx, smaug-bpe, qwen2, stablelm2, deepseek-llm, deepseek-coder, deepseek-v3, falcon, "
+      "dbrx, smaug-bpe, qwen2, stablelm2, deepseek-r1-qwen, qwen35, deepseek-llm, deepseek-coder, deepseek-v3, falcon, "
       "starcoder, refact, command-r, smollm, codeshell, exaone)");
 }
 

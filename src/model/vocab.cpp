@@ -111,6 +111,9 @@ Status validate_vocab(const Vocab& vocab) {
     return Status::error("vocab: add_bos is set but there is no bos_id");
   if (vocab.add_eos && vocab.eos_id < 0)
     return Status::error("vocab: add_eos is set but there is no eos_id");
+  // Byte-level BPE needs no token for every byte: as in llama.cpp, a byte without one (and no
+  // unk) is dropped from the ids (Falcon's vocab has no token for <0x03>, for example).
+  if (vocab.model == VocabModel::kBpe && vocab.byte_level) return Status::ok();
   const std::array<int32_t, 256> bytes = build_byte_table(vocab);
   for (size_t b = 0; b < 256; ++b) {
     if (bytes[b] < 0) {

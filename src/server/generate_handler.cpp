@@ -20,15 +20,25 @@ Result<std::vector<int32_t>> HttpServer::chat_prompt(const ApiRequest& api) cons
   return model::encode_chat(engine_.tokenizer(), chat_template_, api.messages);
 }
 
+Result<std::vector<int32_t>> HttpServer::text_prompt(const PromptInput& p) const {
+  if (p.is_tokens) return p.tokens;
+  return model::encode_prompt(engine_.tokenizer(), p.text);
+}
+
+std::string HttpServer::cache_salt_for(const ApiRequest& api, const Caller& caller) const {
+  // Salted per key: tenants never share cache entries, whatever salt they send.
+  return http::tenant_cache_salt(config_.salt_per_api_key, caller.api_key, api.cache_salt);
+}
+
 Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const ApiRequest& api, const Caller& caller) {
-  const model::Tokenizer& tok = engine_.tokenizer();
   std::vector<std::vector<int32_t>> prompts;
   if (api.chat) {
     PAGODA_ASSIGN_OR_RETURN(std::vector<int32_t> ids, chat_prompt(api));
     prompts.push_back(std::move(ids));
   } else {
     for (const PromptInput& p : api.prompts) {
-      prompts.push_back(p.is_tokens ? p.tokens : model::encode_prompt(tok, p.text));
+      PAGODA_ASSIGN_OR_RETURN(std::vector<int32_t> ids, text_prompt(p));
+      prompts.push_back(std::move(ids));
     }
   }
   const uint64_t seed = api.has_seed ? api.sampling.seed : draw_seed();
@@ -53,8 +63,7 @@ Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const
     r.n = api.n;
     r.logprobs = api.logprobs;
     r.priority = api.priority;
-    // Salted per key: tenants never share cache entries, whatever salt they send.
-    r.cache_salt = http::tenant_cache_salt(config_.salt_per_api_key, caller.api_key, api.cache_salt);
+    r.cache_salt = cache_salt_for(api, caller);
     out.push_back(std::move(r));
   }
   return out;
@@ -87,6 +96,10 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
     }
     ids.push_back(*id);
   }
+  // The engine's ids, for GET /v1/kv/requests/{id} while the request runs.
+  std::string id_list;
+  for (engine::RequestId id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
+  res.set_header("X-Pagoda-Request-Id", id_list);
   if (api.stream) return stream_reply(req, res, api, std::move(stream), std::move(ids));
   wait_and_reply(req, res, api, std::move(stream), std::move(ids));
 }

@@ -102,6 +102,7 @@ void HttpServer::routes() {
     handle_generate(req, res, true);
   });
   kv_events_routes(http);
+  register_kv_routes();
 }
 
 uint64_t HttpServer::draw_seed() {

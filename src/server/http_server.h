@@ -9,6 +9,9 @@
 //                                                and where its KV events are published
 //   GET  /v1/kv/events/snapshot                  every block its events have announced, per
 //                                                medium, as of batch `seq` (a subscriber's resync)
+//   GET  /v1/kv/stats, /v1/kv/requests/{id}      KV introspection (server/kv_json.h)
+//   POST /v1/kv/explain                          why a prompt would (not) hit the prefix cache
+//   GET  /dashboard                              the live KV dashboard (assets compiled in)
 //
 // Threads: httplib answers each connection on a thread of its own pool (http_threads); the engine
 // runs its loop on its own thread. A generate handler tokenizes, submits one engine request per
@@ -71,6 +74,7 @@ struct ServerConfig {
   std::function<int64_t()> unix_time;       // "created" fields; null: 0
   events::KvEventPublisher* kv_events = nullptr;  // null: no KV events (the info route says so)
   std::string instance_id;                  // this process's id (a subscriber notices a restart)
+  bool dashboard = true;                    // GET /dashboard (server/kv_routes.cpp); --no-dashboard
 };
 
 class HttpServer {
@@ -95,12 +99,18 @@ class HttpServer {
   };
   void routes();
   void kv_events_routes(httplib::Server& http);  // server/kv_events_routes.cpp
+  // /v1/kv/stats, /v1/kv/requests/{id}, /v1/kv/explain and /dashboard (server/kv_routes.cpp).
+  void register_kv_routes();
+  void handle_explain(const httplib::Request& req, httplib::Response& res);
   Caller authenticate(const httplib::Request& req, httplib::Response& res) const;
   void reply_error(httplib::Response& res, const Status& status, const std::string& param = "") const;
   void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
   // Tokenized engine requests of an ApiRequest (one per prompt).
   Result<std::vector<engine::CompletionRequest>> engine_requests(const ApiRequest& api, const Caller& caller);
   Result<std::vector<int32_t>> chat_prompt(const ApiRequest& api) const;
+  Result<std::vector<int32_t>> text_prompt(const PromptInput& prompt) const;
+  // The engine's cache salt of a request (salted per key with salt_per_api_key).
+  std::string cache_salt_for(const ApiRequest& api, const Caller& caller) const;
   void wait_and_reply(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,
                       std::shared_ptr<RequestStream> stream, std::vector<engine::RequestId> ids);
   void stream_reply(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,

@@ -190,9 +190,9 @@ TEST(BpeTokenizer, BadVocabsAreErrors) {
   EXPECT_FALSE(Tokenizer::create(std::move(not_tokens)).is_ok());
   Vocab no_byte = small_vocab();
   no_byte.tokens[7] = "seven";  // byte 0x07 has no token now, and there is no unk
-  auto c = Tokenizer::create(std::move(no_byte));
-  ASSERT_FALSE(c.is_ok());
-  EXPECT_NE(c.status().message().find("<0x07>"), std::string::npos);
+  auto c = Tokenizer::create(std::move(no_byte));  // loads, as in llama.cpp (Falcon's vocab lacks <0x03>)
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_TRUE(c->encode("\x07", false, false).empty());  // the byte is dropped, as llama.cpp drops it
   Vocab bad_regex = small_vocab();
   bad_regex.pre_regexes = {"[unclosed"};
   EXPECT_FALSE(Tokenizer::create(std::move(bad_regex)).is_ok());

@@ -86,8 +86,12 @@ TEST_F(HfTokenizerErrors, ClearMessages) {
   EXPECT_NE(load_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [7]}})").find("merge"), std::string::npos);
   EXPECT_FALSE(load_error(R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})").empty());
   EXPECT_NE(load_error("{" + bpe + R"(, "added_tokens": [{"id": 2000000000, "content": "x"}]})").find("ids go up to"), std::string::npos);
-  // Byte-level, but the vocab lacks most byte characters and has no unk.
-  EXPECT_NE(load_error("{" + bpe + R"(, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false}})").find("byte"), std::string::npos);
+  // Byte-level, but the vocab lacks most byte characters and has no unk: it loads, and bytes
+  // without a token are dropped, as Hugging Face's BPE and llama.cpp both do.
+  std::ofstream(dir_ / "tokenizer.json") << "{" + bpe + R"(, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false}})";
+  auto sparse = load_hf_tokenizer(dir_.string());
+  ASSERT_TRUE(sparse.is_ok()) << sparse.status().message();
+  EXPECT_EQ(sparse->tokenizer.encode("abz", false, false), std::vector<int32_t>({2}));  // "ab", 'z' dropped
 }
 
 TEST_F(HfTokenizerErrors, MinimalByteLevelLoads) {

@@ -92,8 +92,8 @@ class RealServerTest : public ::testing::Test {
     sc.unix_time = [] { return int64_t{1700000000}; };
     sc.kv_events = publisher_.get();
     sc.instance_id = "test-instance";
-    server_ = std::make_unique<server::HttpServer>(*serving_, server::ChatTemplate(server::ChatFamily::kChatML, "<s>", "</s>"),
-                                                   sc, logger_);
+    configure(sc);
+    server_ = std::make_unique<server::HttpServer>(*serving_, server::ChatTemplate(chat_family(), "<s>", "</s>"), sc, logger_);
     auto port = server_->bind();
     ASSERT_TRUE(port.is_ok()) << port.status().message();
     port_ = *port;
@@ -108,6 +108,10 @@ class RealServerTest : public ::testing::Test {
     if (thread_.joinable()) thread_.join();
     if (serving_ != nullptr) serving_->shutdown(false);
   }
+
+  // Fixtures derived from this one change the server's config here (API keys, ...).
+  virtual void configure(server::ServerConfig&) {}
+  virtual server::ChatFamily chat_family() const { return server::ChatFamily::kChatML; }
 
   // No request running or waiting, no block held: everything a request took was given back.
   void expect_idle_and_intact() {

@@ -21,8 +21,9 @@ using nlohmann::json;
 // `pagoda serve` on stories260K, any free port.
 class ServeProcess : public PagodaProcess {
  public:
-  explicit ServeProcess(const std::string& extra_args)
-      : PagodaProcess("serve -m " + stories_dir() + "/stories260K.gguf --port 0 -c 512 -t 1 " + extra_args) {}
+  explicit ServeProcess(const std::string& extra_args, bool builtin = false)
+      : PagodaProcess("serve " + std::string(builtin ? "" : "-m " + stories_dir() + "/stories260K.gguf -c 512 ") +
+                      "--port 0 -t 1 " + extra_args) {}
 };
 
 int port_of(const std::string& url_line) {
@@ -32,18 +33,68 @@ int port_of(const std::string& url_line) {
 
 std::string shell(const std::string& cmd) { return run_shell(cmd).out; }
 
+// The welcome lines after the URL line, up to the last one (the `pagoda explain` hint).
+std::vector<std::string> welcome(ServeProcess& serve) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 12; ++i) {
+    lines.push_back(serve.line());
+    if (lines.back().find("pagoda explain") != std::string::npos || lines.back().empty()) break;
+  }
+  return lines;
+}
+
+std::string line_with(const std::vector<std::string>& lines, const std::string& prefix) {
+  for (const std::string& l : lines) {
+    if (l.rfind(prefix, 0) == 0) return l.substr(prefix.size());
+  }
+  return "";
+}
+
 TEST(ServeCli, PrintsAWorkingCurlLineAndStopsOnSigterm) {
   ServeProcess serve("");
   const std::string url_line = serve.line();
   ASSERT_NE(url_line.find("http://127.0.0.1:"), std::string::npos) << url_line << serve.err();
-  const std::string curl_line = serve.line();
-  ASSERT_EQ(curl_line.rfind("try: curl ", 0), 0u) << curl_line;
-  const json reply = json::parse(shell(curl_line.substr(5)));
+  const std::vector<std::string> lines = welcome(serve);
+  const std::string curl_line = line_with(lines, "  try: ");
+  ASSERT_EQ(curl_line.rfind("curl ", 0), 0u) << curl_line;
+  EXPECT_NE(line_with(lines, "  model: ").find("llama, 5 layers"), std::string::npos) << lines[0];
+  const json reply = json::parse(shell(curl_line));
   EXPECT_EQ(reply["object"], "text_completion") << reply;
   EXPECT_FALSE(reply["choices"][0]["text"].get<std::string>().empty());
   EXPECT_EQ(reply["model"], "stories260K");
   EXPECT_EQ(serve.terminate(), 0) << serve.err();
   EXPECT_NE(serve.err().find("pagoda serve: stopped"), std::string::npos) << serve.err();
+}
+
+TEST(ServeCli, TheBuiltInModelSaysWhatItIsAndWhereTheDashboardIs) {
+  ServeProcess serve("", /*builtin=*/true);
+  const std::string url_line = serve.line();
+  const int port = port_of(url_line);
+  ASSERT_GT(port, 0) << url_line << serve.err();
+  const std::vector<std::string> lines = welcome(serve);
+  std::string all;
+  for (const std::string& l : lines) all += l + "\n";
+  EXPECT_NE(all.find("BUILT-IN model: random weights"), std::string::npos) << all;
+  EXPECT_NE(all.find("pagoda serve -m MODEL.gguf"), std::string::npos) << all;
+  const std::string dashboard = line_with(lines, "  dashboard: ");
+  ASSERT_FALSE(dashboard.empty()) << all;
+  const std::string page_url = dashboard.substr(0, dashboard.find(' '));
+  EXPECT_EQ(page_url, "http://127.0.0.1:" + std::to_string(port) + "/dashboard");
+  EXPECT_NE(shell("curl -s " + page_url).find("<title>Pagoda"), std::string::npos);
+  EXPECT_EQ(serve.terminate(), 0) << serve.err();
+}
+
+TEST(ServeCli, NoDashboardTurnsThePageOff) {
+  ServeProcess serve("--no-dashboard");
+  const std::string url_line = serve.line();
+  const int port = port_of(url_line);
+  ASSERT_GT(port, 0) << serve.err();
+  const std::vector<std::string> lines = welcome(serve);
+  EXPECT_EQ(line_with(lines, "  dashboard: "), "");
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  EXPECT_EQ(shell("curl -s -o /dev/null -w '%{http_code}' " + base + "/dashboard"), "404");
+  EXPECT_EQ(shell("curl -s -o /dev/null -w '%{http_code}' " + base + "/v1/kv/stats"), "200");  // the API stays
+  EXPECT_EQ(serve.terminate(), 0) << serve.err();
 }
 
 TEST(ServeCli, SigtermDrainsInFlightRequests) {

@@ -1,0 +1,200 @@
+// ServingEngine's KvIntrospector (engine/introspection.h): snapshots, request dumps and explain,
+// each run on the loop thread between two steps so that it sees one consistent state.
+#include <algorithm>
+#include <unordered_set>
+
+#include "engine/kv_inspect.h"
+#include "engine/serving_engine.h"
+
+namespace pagoda::engine {
+
+void ServingEngineImpl::run_on_loop(const std::function<void()>& fn) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!started_ || !loop_running_ || std::this_thread::get_id() == loop_.get_id()) {
+    lock.unlock();
+    fn();  // no loop: the caller's thread is the loop (step() tests), or it has ended
+    return;
+  }
+  const int64_t ticket = ++loop_tasks_queued_;
+  loop_tasks_.push_back(&fn);
+  wake_.notify_all();
+  loop_tasks_ran_.wait(lock, [&] { return loop_tasks_done_ >= ticket || !loop_running_; });
+  if (loop_tasks_done_ < ticket) {  // the loop ended first and never took it
+    auto at = std::find(loop_tasks_.begin(), loop_tasks_.end(), &fn);
+    if (at != loop_tasks_.end()) loop_tasks_.erase(at);
+    lock.unlock();
+    fn();
+  }
+}
+
+void ServingEngineImpl::run_loop_tasks() {
+  std::vector<const std::function<void()>*> tasks;
+  int64_t queued = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (loop_tasks_.empty()) return;
+    std::swap(tasks, loop_tasks_);
+    queued = loop_tasks_queued_;
+  }
+  for (const std::function<void()>* task : tasks) (*task)();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    loop_tasks_done_ = queued;
+  }
+  loop_tasks_ran_.notify_all();
+}
+
+RequestSnapshot ServingEngineImpl::request_snapshot(const Request& r, int64_t now) {
+  const kvcache::BlockManager& bm = engine_->block_manager();
+  RequestSnapshot s;
+  s.id = r.id;
+  s.prompt_tokens = r.usage.prompt_tokens;
+  s.cached_tokens = r.usage.cached_tokens;
+  s.generated_tokens = r.usage.completion_tokens;
+  s.priority = r.req.priority;
+  s.n = r.req.n;
+  s.preemptions = r.usage.preemptions;
+  s.age_s = static_cast<double>(now - r.submit_ns) * 1e-9;
+  bool running = false;
+  std::unordered_set<int32_t> blocks;
+  for (const Choice& c : r.choices) {
+    if (c.seq < 0) continue;
+    const SchedSequence& seq = scheduler_.get(c.seq);
+    if (!seq.running()) continue;
+    running = true;
+    s.computed_tokens = std::max(s.computed_tokens, bm.length(seq.kv));
+    for (int32_t b : bm.block_table(seq.kv)) {
+      if (b >= 0) blocks.insert(b);
+    }
+  }
+  s.blocks_held = static_cast<int64_t>(blocks.size());
+  if (running) {
+    s.state = s.computed_tokens < s.prompt_tokens ? "prefilling" : "decoding";
+  } else {
+    s.state = r.usage.preemptions > 0 ? "preempted" : "waiting";
+  }
+  return s;
+}
+
+KvSnapshot ServingEngineImpl::snapshot(const SnapshotOptions& options) {
+  KvSnapshot out;
+  run_on_loop([&] {
+    const int64_t now = clock_->now_ns();
+    kvcache::BlockManager& bm = engine_->block_manager();
+    out.uptime_s = static_cast<double>(now - start_ns_) * 1e-9;
+    const model::ModelConfig& mc = engine_->model().config();
+    out.model = mc.name.empty() ? mc.arch_name : mc.name + " (" + mc.arch_name + ")";
+    snapshot_pool(bm, options.block_map, out);
+    out.prefix_caching = engine_->config().enable_prefix_caching;
+    const kvcache::BlockManagerStats& st = bm.stats();
+    out.lookups = st.num_lookups;
+    out.committed_blocks = st.num_committed_blocks;
+    out.cow_copies = st.num_cow_copies;
+    out.blocks_allocated = st.num_blocks_allocated;
+    out.tiers[0].hit_blocks = st.num_hit_tokens / std::max<int64_t>(1, out.block_size);
+    out.metrics = loop_metrics_;
+    out.steps = loop_metrics_.steps;
+    std::vector<Submitted> inbox;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      out.metrics.waiting += static_cast<int64_t>(inbox_.size());
+      if (options.requests) {
+        for (const Submitted& s : inbox_) {
+          RequestSnapshot r;
+          r.id = s.id;
+          r.state = "waiting";
+          r.prompt_tokens = static_cast<int64_t>(s.req.prompt.size());
+          r.priority = s.req.priority;
+          r.n = s.req.n;
+          r.age_s = static_cast<double>(now - s.submit_ns) * 1e-9;
+          out.requests.push_back(r);
+        }
+      }
+    }
+    if (options.requests) {
+      for (const auto& [id, r] : requests_) out.requests.push_back(request_snapshot(*r, now));
+      std::sort(out.requests.begin(), out.requests.end(),
+                [](const RequestSnapshot& a, const RequestSnapshot& b) { return a.id < b.id; });
+    }
+    out.top_prefixes = largest_prefixes(bm, &history_, tokenizer_.get(), now, options.max_prefixes, options.preview_tokens);
+  });
+  return out;
+}
+
+Result<RequestKv> ServingEngineImpl::request_kv(RequestId id) {
+  Result<RequestKv> result = Status::not_found("no running or waiting request " + std::to_string(id) +
+                                               " (finished requests are forgotten)");
+  run_on_loop([&] {
+    const int64_t now = clock_->now_ns();
+    auto it = requests_.find(id);
+    if (it == requests_.end()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const Submitted& s : inbox_) {
+        if (s.id != id) continue;
+        RequestKv kv;
+        kv.request.id = id;
+        kv.request.state = "waiting";
+        kv.request.prompt_tokens = static_cast<int64_t>(s.req.prompt.size());
+        kv.request.age_s = static_cast<double>(now - s.submit_ns) * 1e-9;
+        result = std::move(kv);
+      }
+      return;
+    }
+    const Request& r = *it->second;
+    const kvcache::BlockManager& bm = engine_->block_manager();
+    const int64_t B = engine_->kv_layout().block_size;
+    RequestKv kv;
+    kv.request = request_snapshot(r, now);
+    for (const Choice& c : r.choices) {
+      if (c.seq < 0) continue;
+      const SchedSequence& seq = scheduler_.get(c.seq);
+      SequenceKv s;
+      s.choice = c.index;
+      s.running = seq.running();
+      if (s.running) {
+        s.length = bm.length(seq.kv);
+        const std::vector<int32_t>& table = bm.block_table(seq.kv);
+        for (size_t j = 0; j < table.size(); ++j) {
+          BlockSnapshot b;
+          b.index = static_cast<int64_t>(j);
+          b.block = table[j];
+          b.num_tokens = std::min<int64_t>(B, s.length - b.index * B);
+          if (b.block < 0) {
+            b.state = "released";
+          } else {
+            b.ref_count = bm.pool().ref_count(b.block);
+            const kvcache::BlockState state = bm.pool().state(b.block);
+            b.state = state == kvcache::BlockState::kInUse ? "in use" : state == kvcache::BlockState::kCached ? "cached" : "free";
+            b.hash = bm.index().contains(b.block) ? bm.index().hash(b.block) : 0;
+            b.shared = b.ref_count > 1;
+          }
+          s.blocks.push_back(std::move(b));
+        }
+      }
+      kv.sequences.push_back(std::move(s));
+    }
+    result = std::move(kv);
+  });
+  return result;
+}
+
+Result<KvExplanation> ServingEngineImpl::explain(const ExplainRequest& request) {
+  if (request.prompt.empty()) return Status::invalid_argument("explain: the prompt is empty (no tokens)");
+  for (int32_t id : request.prompt) {
+    if (id < 0 || id >= n_vocab_) return Status::invalid_argument("prompt token id " + std::to_string(id) + " outside the vocabulary");
+  }
+  KvExplanation out;
+  run_on_loop([&] {
+    ExplainContext c;
+    c.blocks = &engine_->block_manager();
+    c.history = &history_;
+    c.ns = engine_->kv_namespace(request.cache_salt);
+    c.prefix_caching = engine_->config().enable_prefix_caching;
+    c.windowed = engine_->windowed();
+    c.now_ns = clock_->now_ns();
+    out = explain_prefix(c, request.prompt, request.earlier_turns);
+  });
+  return out;
+}
+
+}  // namespace pagoda::engine
