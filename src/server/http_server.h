@@ -67,7 +67,8 @@ struct ServerConfig {
   RequestLimits limits;                     // vocab_size and max_context must be set
   std::vector<int32_t> end_of_text_ids;     // extra stop tokens unless ignore_eos (e.g. BOS)
   size_t max_body_bytes = 8u << 20;
-  int http_threads = 64;                    // concurrent connections served
+  int http_threads = 512;                   // connections served at once (beyond: 503)
+  int read_timeout_s = 5;                   // a connection silent this long (idle or mid-request) is closed
   int retry_after_s = 1;
   double poll_interval_s = 0.05;            // client checks while waiting for tokens
   uint64_t seed = 0;                        // seeds for requests without one are drawn from this

@@ -77,6 +77,7 @@ class RealServerTest : public ::testing::Test {
     const int64_t token_capacity = (*eng)->kv_plan().token_capacity;
     engine::ServingConfig serving_config;
     serving_config.max_num_seqs = 16;
+    configure_serving(serving_config);
     auto serving = engine::ServingEngine::create(std::move(eng).value(), tokenizer_, serving_config);
     ASSERT_TRUE(serving.is_ok()) << serving.status().message();
     serving_ = std::move(serving).value();
@@ -111,6 +112,7 @@ class RealServerTest : public ::testing::Test {
 
   // Fixtures derived from this one change the server's config here (API keys, ...).
   virtual void configure(server::ServerConfig&) {}
+  virtual void configure_serving(engine::ServingConfig&) {}
   virtual server::ChatFamily chat_family() const { return server::ChatFamily::kChatML; }
 
   // No request running or waiting, no block held: everything a request took was given back.
