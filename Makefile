@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 PAGODA_TEST_DATA ?= $(abspath ../shared)
 export PAGODA_TEST_DATA
 
-.PHONY: all deps configure build run test bench clean asan-test fuzz fuzz-seeds
+.PHONY: all deps configure build run test bench clean asan-test fuzz fuzz-seeds sanitize soak
 
 all: build
 
@@ -42,5 +42,14 @@ fuzz:
 fuzz-seeds:
 	@JOBS=$(JOBS) bash scripts/fuzz.sh --seconds 0 --make-seeds
 
+# The unit suite under ASan + UBSan and the threaded modules' tests under TSan (scripts/sanitize.sh).
+sanitize: deps
+	@JOBS=$(JOBS) bash scripts/sanitize.sh
+
+# bench/soak.sh for MINUTES minutes against a loopback server.
+MINUTES ?= 2
+soak: build
+	bench/soak.sh --minutes $(MINUTES)
+
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-fuzz
+	rm -rf $(BUILD_DIR) build-asan build-fuzz build-tsan

@@ -3,6 +3,7 @@
 //   make_seeds OUT_DIR [PAGODA_TEST_DATA]     (scripts/fuzz.sh --make-seeds)
 // Crash reproducers (crash-*, regression inputs) live beside the seeds and are not rewritten.
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "model/model_factory.h"
 
 using namespace pagoda;
+using namespace std::string_literals;
 using model::GgufFile;
 using model::GgufValue;
 namespace fs = std::filesystem;
@@ -34,8 +36,9 @@ void seed(const std::string& harness, const std::string& name, std::string_view 
 std::string as_text(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 std::string join(std::initializer_list<std::string_view> parts) {
   std::string out;
+  size_t i = 0;
   for (std::string_view p : parts) {
-    if (!out.empty() || p.data() != parts.begin()->data()) out += fuzz::kPartSeparator;
+    if (i++ > 0) out += fuzz::kPartSeparator;
     out += p;
   }
   return out;
@@ -108,14 +111,14 @@ void safetensors_seeds() {
     return out;
   };
   seed("safetensors", "two", file({{"a", {{"dtype", "F32"}, {"shape", {2, 2}}, {"data_offsets", {0, 16}}}},
-                                   {"b", {{"dtype", "BF16"}, {"shape", {3}}, {"data_offsets", {16, 22}}}},
+                                   {"b", {{"dtype", "BF16"}, {"shape", nlohmann::json::array({3})}, {"data_offsets", {16, 22}}}},
                                    {"__metadata__", {{"format", "pt"}}}}, 22));
-  seed("safetensors", "empty-and-scalar", file({{"e", {{"dtype", "I8"}, {"shape", {0}}, {"data_offsets", {0, 0}}}},
+  seed("safetensors", "empty-and-scalar", file({{"e", {{"dtype", "I8"}, {"shape", nlohmann::json::array({0})}, {"data_offsets", {0, 0}}}},
                                                 {"s", {{"dtype", "F16"}, {"shape", nlohmann::json::array()}, {"data_offsets", {0, 2}}}}}, 2));
 }
 
 void text_seeds() {
-  const nlohmann::json llama = {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 64}, {"num_hidden_layers", 2},
+  const nlohmann::json llama = {{"architectures", nlohmann::json::array({"LlamaForCausalLM"})}, {"hidden_size", 64}, {"num_hidden_layers", 2},
                                 {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"intermediate_size", 128},
                                 {"vocab_size", 300}, {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5},
                                 {"rope_theta", 500000.0}, {"hidden_act", "silu"}, {"tie_word_embeddings", false},
@@ -123,18 +126,18 @@ void text_seeds() {
                                                   {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 128}}}};
   seed("hf_config", "llama3", llama.dump(1));
   nlohmann::json qwen = llama;
-  qwen["architectures"] = {"Qwen3ForCausalLM"};
+  qwen["architectures"] = nlohmann::json::array({"Qwen3ForCausalLM"});
   qwen["head_dim"] = 32;
   qwen["rope_scaling"] = nullptr;
   qwen["tie_word_embeddings"] = true;
   seed("hf_config", "qwen3", qwen.dump(1));
   nlohmann::json mistral = llama;
-  mistral["architectures"] = {"MistralForCausalLM"};
+  mistral["architectures"] = nlohmann::json::array({"MistralForCausalLM"});
   mistral["sliding_window"] = 64;
   mistral["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
   seed("hf_config", "mistral", mistral.dump());
   nlohmann::json qwen2 = llama;
-  qwen2["architectures"] = {"Qwen2ForCausalLM"};
+  qwen2["architectures"] = nlohmann::json::array({"Qwen2ForCausalLM"});
   qwen2.erase("rope_scaling");
   qwen2["partial_rotary_factor"] = 0.5;
   seed("hf_config", "qwen2", qwen2.dump());
@@ -179,9 +182,9 @@ void text_seeds() {
   }
   // Chat conversations: family, flags, then role byte + content per message (0x1E between).
   for (int family = 0; family < 6; ++family) {
-    const std::string conv = std::string(1, static_cast<char>(family)) + "\x01" + "\x00You are terse." + "\x1e" +
-                             "\x01Hi there " + "\x1e" + "\x02 Hello! " + "\x1e" + "\x01What is 2+2?";
-    seed("chat_template", "family-" + std::to_string(family), std::string(conv.data(), conv.size()));
+    const std::string conv = std::string(1, static_cast<char>(family)) + "\x01"s + "\x00You are terse."s + "\x1e"s +
+                             "\x01Hi there "s + "\x1e"s + "\x02 Hello! "s + "\x1e"s + "\x01What is 2+2?"s;
+    seed("chat_template", "family-" + std::to_string(family), conv);
   }
   seed("chat_template", "jinja-llama3", "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>' %}<|eot_id|>");
 

@@ -124,7 +124,7 @@ void register_router(CLI::App& app, const Clock& clock, Logger& logger, int& exi
                   "chat template family as the workers use it (default: from the model, else chatml)");
   cmd->add_option("--worker-api-key", o->worker_api_key,
                   "the key the router presents on its own calls to workers started with --api-key");
-  cmd->add_option("--http-threads", o->http_threads, "client connections served at once")->check(CLI::Range(1, 4096));
+  cmd->add_option("--http-threads", o->http_threads, "client connections served at once; one more gets 503 \"too many connections\"")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 beyond)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 31));
   cmd->add_flag("-v,--verbose", o->verbose, "log more");

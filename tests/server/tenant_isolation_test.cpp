@@ -1,7 +1,7 @@
 // Tenant isolation on the real engine (issue 12, point 4): with --salt-per-api-key, a tenant
 // never gets a prefix-cache hit (cached_tokens > 0) on a prompt only another tenant sent, whatever
 // cache_salt it sends; within a tenant, and between requests with the same cache_salt, the cache
-// is shared. (The timing side of the same property is bench/tenant_ttft.sh, not a timed test.)
+// is shared. (The timing side of the same property is bench/tenant_ttft.py, a benchmark, not a timed test.)
 #include <gtest/gtest.h>
 #include <httplib.h>
 
