@@ -79,7 +79,7 @@ bool explain_namespaces(const ExplainContext& c, std::span<const int32_t> prompt
   for (const KvHistory::SeenNamespace& seen : c.history->namespaces()) {
     if (seen.ns == c.ns) continue;
     chain.clear();
-    const int64_t k = c.blocks->index().match(prompt, seen.ns, max_blocks, &kvcache::hash_block, chain);
+    const int64_t k = c.blocks->index().match(prompt, seen.ns, max_blocks, c.blocks->hash_fn(), chain);
     if (k > best) {
       best = k;
       best_ns = seen.ns;
@@ -144,12 +144,12 @@ KvExplanation explain_prefix(const ExplainContext& c, std::span<const int32_t> p
   }
 
   std::vector<int32_t> chain;
-  const int64_t k = bm.index().match(prompt, c.ns, max_blocks, &kvcache::hash_block, chain);
+  const int64_t k = bm.index().match(prompt, c.ns, max_blocks, bm.hash_fn(), chain);
   BlockHash parent = kvcache::kRootBlockHash;
   const uint64_t ns_key = c.ns.key();
   std::vector<BlockHash> hashes;
   for (int64_t i = 0; i < std::min(k + 1, max_blocks); ++i) {
-    parent = kvcache::hash_block(parent, prompt.subspan(i * B, B), ns_key);
+    parent = bm.hash_fn()(parent, prompt.subspan(i * B, B), ns_key);
     hashes.push_back(parent);
     e.blocks.push_back({i, parent, i < k ? "pool" : "miss"});
   }

@@ -61,6 +61,7 @@ class RealServerTest : public ::testing::Test {
     config.num_threads = 1;
     config.max_context = kContext;
     config.kv_cache_bytes = 4 << 20;
+    configure_engine(config);
     auto eng = engine::Engine::create(std::move(model).value(), config, clock_, logger_);
     ASSERT_TRUE(eng.is_ok()) << eng.status().message();
     if (kv_events_) {  // as `pagoda serve --kv-events-config` wires them
@@ -113,6 +114,7 @@ class RealServerTest : public ::testing::Test {
   // Fixtures derived from this one change the server's config here (API keys, ...).
   virtual void configure(server::ServerConfig&) {}
   virtual void configure_serving(engine::ServingConfig&) {}
+  virtual void configure_engine(engine::EngineConfig&) {}
   virtual server::ChatFamily chat_family() const { return server::ChatFamily::kChatML; }
 
   // No request running or waiting, no block held: everything a request took was given back.

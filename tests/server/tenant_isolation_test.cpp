@@ -79,5 +79,23 @@ TEST_F(SharedCacheTest, WithoutSaltPerKeyTenantsShareUnlessTheySalt) {
   expect_idle_and_intact();
 }
 
+// --kv-hash sha256: blocks are named by SHA-256 chains, advertised to routers, and still hit.
+class Sha256BlockNamesTest : public TenantIsolationTest {
+ protected:
+  void configure_engine(engine::EngineConfig& c) override { c.kv_hash = kvcache::BlockHashScheme::kSha256; }
+};
+
+TEST_F(Sha256BlockNamesTest, PrefixCacheWorksAndTheSchemeIsAdvertised) {
+  auto info = client_->Get("/v1/kv/events", {{"Authorization", "Bearer sk-tenant-a"}});
+  ASSERT_TRUE(info);
+  ASSERT_EQ(info->status, 200) << info->body;
+  EXPECT_EQ(json::parse(info->body)["block_hash"], "pagoda-sha256-chain-v1");
+  const std::string p = long_prompt("fox");
+  EXPECT_EQ(cached("sk-tenant-a", p), 0);
+  EXPECT_GT(cached("sk-tenant-a", p), 0);
+  EXPECT_EQ(cached("sk-tenant-b", p), 0);
+  expect_idle_and_intact();
+}
+
 }  // namespace
 }  // namespace pagoda::testing
