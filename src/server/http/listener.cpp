@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "server/http/connection.h"
 #include "server/http/connection_gate.h"
 #include "server/http/errors.h"
 
@@ -35,15 +36,27 @@ HttpListener::HttpListener(ListenerConfig config, const Logger& logger)
   http_->set_keep_alive_max_count(1000);
   http_->set_read_timeout(std::max(1, config_.read_timeout_s), 0);
   http_->set_keep_alive_timeout(std::max(1, config_.idle_timeout_s));
-  // A connection over the limit (on the gate's overflow threads) gets a clear 503 and is closed.
-  http_->set_pre_routing_handler([threads](const httplib::Request&, httplib::Response& res) {
-    if (!ConnectionGate::over_limit()) return httplib::Server::HandlerResponse::Unhandled;
-    res.status = 503;
-    res.set_header("Retry-After", "1");
+  // Before any body is read: a connection over the limit (on the gate's overflow threads) gets a
+  // clear 503, and a chunked body (whose size httplib 0.11 does not bound by the body limit) a
+  // 411; both connections are then closed.
+  http_->set_pre_routing_handler([threads](const httplib::Request& req, httplib::Response& res) {
+    const bool over = ConnectionGate::over_limit();
+    const bool chunked = req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos;
+    if (!over && !chunked) return httplib::Server::HandlerResponse::Unhandled;
+    if (over) {
+      res.status = 503;
+      res.set_header("Retry-After", "1");
+      res.set_content(error_body(503, "Too many connections: the server serves " + std::to_string(threads) +
+                                          " at once (--http-threads); retry later", "", "too_many_connections"),
+                      "application/json");
+    } else {
+      res.status = 411;
+      res.set_content(error_body(411, "Chunked request bodies are not accepted: send Content-Length", "",
+                                 "length_required"),
+                      "application/json");
+    }
     res.set_header("Connection", "close");
-    res.set_content(error_body(503, "Too many connections: the server serves " + std::to_string(threads) +
-                                        " at once (--http-threads); retry later", "", "too_many_connections"),
-                    "application/json");
+    ConnectionProbe(req.remote_addr, req.remote_port, req.local_addr, req.local_port).end_after_response();
     return httplib::Server::HandlerResponse::Handled;
   });
   // httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of
