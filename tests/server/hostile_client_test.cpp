@@ -155,7 +155,7 @@ TEST_F(HostileClientTest, OversizedHeadersAndBodies) {
   EXPECT_NE(big->body.find("larger than the server accepts"), std::string::npos) << big->body;
   // Only the first chunk is sent: the answer comes without waiting for the rest.
   const std::string chunked = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                              "10\r\n{\"prompt\": \"a\"    \r\n";
+                              "10\r\n{\"prompt\": \"a\"  \r\n";
   const int cfd = send_raw(port_, chunked);
   const std::string chunked_answer = read_until_closed(cfd);
   close(cfd);
