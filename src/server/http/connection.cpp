@@ -84,8 +84,4 @@ bool ConnectionProbe::alive() const {
   return true;
 }
 
-void ConnectionProbe::end_after_response() const {
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_RD);
-}
-
 }  // namespace pagoda::http

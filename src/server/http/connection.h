@@ -20,10 +20,6 @@ class ConnectionProbe {
   // (the probe then never claims a disconnect; a failed write still reveals it).
   bool alive() const;
   bool found() const { return fd_ >= 0; }
-  // Makes httplib close the connection once the response being prepared is written (httplib 0.11
-  // ignores a handler's "Connection: close"): reading from the socket ends (shutdown SHUT_RD),
-  // so its keep-alive loop stops there. No-op when the socket was not found.
-  void end_after_response() const;
 
  private:
   int fd_ = -1;

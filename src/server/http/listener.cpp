@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-#include "server/http/connection.h"
 #include "server/http/connection_gate.h"
 #include "server/http/errors.h"
 
@@ -38,7 +37,8 @@ HttpListener::HttpListener(ListenerConfig config, const Logger& logger)
   http_->set_keep_alive_timeout(std::max(1, config_.idle_timeout_s));
   // Before any body is read: a connection over the limit (on the gate's overflow threads) gets a
   // clear 503, and a chunked body (whose size httplib 0.11 does not bound by the body limit) a
-  // 411; both connections are then closed.
+  // 411; both say "Connection: close" (the client closes; httplib 0.11 itself keeps reading the
+  // connection until its read timeout).
   http_->set_pre_routing_handler([threads](const httplib::Request& req, httplib::Response& res) {
     const bool over = ConnectionGate::over_limit();
     const bool chunked = req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos;
@@ -56,7 +56,6 @@ HttpListener::HttpListener(ListenerConfig config, const Logger& logger)
                       "application/json");
     }
     res.set_header("Connection", "close");
-    ConnectionProbe(req.remote_addr, req.remote_port, req.local_addr, req.local_port).end_after_response();
     return httplib::Server::HandlerResponse::Handled;
   });
   // httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of
