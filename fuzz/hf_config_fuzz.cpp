@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   auto config = config_from_hf_json(text, "fuzz/config.json");
   if (config.is_ok()) {
-    Status valid = validate_config(config->model);
+    pagoda::Status valid = validate_config(config->model);
     if (!valid.is_ok()) pagoda::fuzz::fuzz_fail("config.json accepted but invalid:", valid.message());
   } else if (config.status().message().empty()) {
     pagoda::fuzz::fuzz_fail("config.json: error without a message");

@@ -26,7 +26,7 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v != nullptr && *v != 0 ? v : fallback;
 }
 
-Tokenizer must(Result<Tokenizer> t, const std::string& what) {
+Tokenizer must(pagoda::Result<Tokenizer> t, const std::string& what) {
   if (!t.is_ok()) pagoda::fuzz::fuzz_fail("harness: cannot build tokenizer", what + ": " + t.status().message());
   return std::move(*t);
 }

@@ -33,7 +33,7 @@ fi
 targets=()
 for h in "${harnesses[@]}"; do targets+=("${h}_fuzz"); done
 [ "$make_seeds" = 0 ] || targets+=(make_seeds)
-cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+cmake --build "$build" -j "$jobs" --target "${targets[@]}" -- -k
 
 if [ "$make_seeds" = 1 ]; then
   "$build/bin/make_seeds" "$root/fuzz/corpus"
