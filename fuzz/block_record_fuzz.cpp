@@ -37,7 +37,7 @@ void decode_and_check(std::vector<uint64_t>& storage, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint64_t> storage((size + 7) / 8);  // records are read into aligned buffers
-  std::memcpy(storage.data(), data, size);
+  if (size > 0) std::memcpy(storage.data(), data, size);
   decode_and_check(storage, size);
   if (size >= kOffChecksum + 8) {
     auto* p = reinterpret_cast<uint8_t*>(storage.data());

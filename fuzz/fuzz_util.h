@@ -42,18 +42,19 @@ inline std::vector<std::string_view> split_parts(const uint8_t* data, size_t siz
 // A folder of this process (under TMPDIR or /tmp) for harnesses whose target reads files;
 // removed when the process exits normally.
 inline const std::string& scratch_dir() {
-  static const std::string dir = [] {
+  // Never destroyed: the exit handler that removes the folder runs after static destructors.
+  static const std::string* dir = [] {
     const char* tmp = std::getenv("TMPDIR");
-    std::string d = std::string(tmp != nullptr && *tmp != 0 ? tmp : "/tmp") + "/pagoda_fuzz_" +
-                    std::to_string(::getpid());
-    std::filesystem::create_directories(d);
+    auto* d = new std::string(std::string(tmp != nullptr && *tmp != 0 ? tmp : "/tmp") + "/pagoda_fuzz_" +
+                              std::to_string(::getpid()));
+    std::filesystem::create_directories(*d);
     std::atexit([] {
       std::error_code ec;
-      std::filesystem::remove_all(scratch_dir(), ec);
+      std::filesystem::remove_all(*dir, ec);
     });
     return d;
   }();
-  return dir;
+  return *dir;
 }
 
 // Replaces `path` with exactly `bytes` (a failure here is the harness's, not the target's).
