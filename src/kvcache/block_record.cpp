@@ -147,6 +147,11 @@ Result<BlockRecordMeta> peek_block_record(ConstByteSpan bytes) {
                          std::to_string(m.payload_bytes));
   }
   if (static_cast<int64_t>(bytes.size()) < header_bytes) return Status::error("block record: truncated token ids");
+  // The padding after the token ids is zero, so a record has one encoding (found by fuzzing: a
+  // record with stray padding bytes and a matching checksum decoded).
+  for (int64_t i = kRecordFixedHeaderBytes + 4 * int64_t{m.block_size}; i < header_bytes; ++i) {
+    if (p[i] != 0) return Status::error("block record: padding after the token ids is not zero");
+  }
   m.ns.model_fingerprint = get<uint64_t>(p, kOffModel);
   m.ns.kv_format = get<uint64_t>(p, kOffFormat);
   m.ns.cache_salt = get<uint64_t>(p, kOffSalt);
