@@ -122,7 +122,7 @@ Result<BlockRecordMeta> peek_block_record(ConstByteSpan bytes) {
                  head_dim = get<uint32_t>(p, kOffHeadDim);
   if (block_size == 0 || block_size > kMaxBlockSize) return Status::error("block record: block size " + std::to_string(block_size));
   if (n_layer == 0 || n_layer > kMaxLayers || n_kv_head == 0 || head_dim == 0 ||
-      static_cast<int64_t>(n_kv_head) * head_dim > kMaxRowWidth) {
+      static_cast<uint64_t>(n_kv_head) * head_dim > static_cast<uint64_t>(kMaxRowWidth)) {  // no overflow: 32 x 32 bits
     return Status::error("block record: shape " + std::to_string(n_layer) + " x " + std::to_string(n_kv_head) + " x " +
                          std::to_string(head_dim) + " out of range");
   }

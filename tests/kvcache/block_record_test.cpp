@@ -99,6 +99,19 @@ TEST(BlockRecord, NonZeroPaddingIsAnError) {
   EXPECT_FALSE(peek_block_record(b).is_ok());
 }
 
+// Found by fuzz/block_record_fuzz.cpp (crash-row-width-overflow): kv heads x head dim near 2^32
+// each overflowed the signed product that bounds the row width (undefined behaviour).
+TEST(BlockRecord, HugeShapeFieldsAreErrorsWithoutOverflow) {
+  const KvLayout l = layout(kernels::KvDType::kF16, 4);
+  Encoded e = encode(l, 6);
+  ByteSpan b = e.bytes();
+  const uint32_t huge[2] = {0xFFFFFF01u, 0xFFFFFFFFu};
+  std::memcpy(b.data() + 16, huge, sizeof(huge));  // n_kv_head, head_dim
+  auto meta = peek_block_record(b);
+  ASSERT_FALSE(meta.is_ok());
+  EXPECT_NE(meta.status().message().find("out of range"), std::string::npos) << meta.status().message();
+}
+
 TEST(BlockRecord, TruncatedOrPaddedRecordsAreErrors) {
   const KvLayout l = layout(kernels::KvDType::kInt8);
   Encoded e = encode(l, 3);
