@@ -34,6 +34,8 @@ struct RouterOptions {
   double request_timeout_s = 600;
   std::string chat_template;
   std::string worker_api_key;
+  std::vector<std::string> api_keys;
+  bool no_dashboard = false;
   int http_threads = 256;
   int64_t max_body_bytes = 8 << 20;
   bool verbose = false;
@@ -59,6 +61,8 @@ int run_router(const RouterOptions& o, const Clock& clock, Logger& logger) {
   config.health_interval_s = o.health_interval_s;
   config.request_timeout_s = o.request_timeout_s;
   config.worker_api_key = o.worker_api_key;
+  config.api_keys = o.api_keys;
+  config.dashboard = !o.no_dashboard;
   config.http_threads = o.http_threads;
   config.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   std::vector<router::WorkerAddress> workers;
@@ -79,6 +83,7 @@ int run_router(const RouterOptions& o, const Clock& clock, Logger& logger) {
   router.start();
   std::printf("pagoda router: %s policy over %zu workers at http://%s:%d\n", router::routing_policy_name(config.policy),
               o.workers.size(), o.host.c_str(), *port);
+  if (config.dashboard) std::printf("  dashboard: http://%s:%d/dashboard   (workers, routing, live)\n", o.host.c_str(), *port);
   std::fflush(stdout);
   std::thread listener([&] {
     router.listen();
@@ -124,6 +129,10 @@ void register_router(CLI::App& app, const Clock& clock, Logger& logger, int& exi
                   "chat template family as the workers use it (default: from the model, else chatml)");
   cmd->add_option("--worker-api-key", o->worker_api_key,
                   "the key the router presents on its own calls to workers started with --api-key");
+  cmd->add_option("--api-key", o->api_keys,
+                  "accept only clients with \"Authorization: Bearer KEY\" on /v1 and /router routes (repeatable; "
+                  "the key is forwarded, so give the workers the same keys)");
+  cmd->add_flag("--no-dashboard", o->no_dashboard, "do not serve the live dashboard at /dashboard");
   cmd->add_option("--http-threads", o->http_threads, "client connections served at once")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 beyond)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 31));
