@@ -19,9 +19,9 @@ RouterServer::RouterServer(RouterConfig config, std::vector<WorkerAddress> worke
       chat_template_(std::move(chat_template)),
       clock_(clock),
       logger_(logger),
-      started_ns_(clock.now_ns()),
       listener_(std::make_unique<http::HttpListener>(
-          http::ListenerConfig{config_.host, config_.port, config_.http_threads, config_.max_body_bytes}, logger)) {
+          http::ListenerConfig{config_.host, config_.port, config_.http_threads, config_.max_body_bytes}, logger)),
+      started_ns_(clock.now_ns()) {
   WorkerOptions options;
   options.api_key = config_.worker_api_key;
   options.connect_timeout_s = config_.connect_timeout_s;
