@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
@@ -85,14 +86,18 @@ int run_router(const RouterOptions& o, const Clock& clock, Logger& logger) {
               o.workers.size(), o.host.c_str(), *port);
   if (config.dashboard) std::printf("  dashboard: http://%s:%d/dashboard   (workers, routing, live)\n", o.host.c_str(), *port);
   std::fflush(stdout);
+  std::atomic<bool> stopping{false};
   std::thread listener([&] {
     router.listen();
-    kill(getpid(), SIGTERM);  // stopped on its own: wake the main thread
+    // Stopped on its own: wake the main thread (not after a signal: a second SIGTERM would stay
+    // pending and end the process with 143 instead of 0).
+    if (!stopping) kill(getpid(), SIGTERM);
   });
   int signal_number = 0;
   while (sigwait(&signals, &signal_number) != 0) {
   }
   logger.info("pagoda router: stopping");
+  stopping = true;
   router.stop();
   listener.join();
   return 0;

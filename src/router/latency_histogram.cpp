@@ -3,7 +3,7 @@
 namespace pagoda::router {
 
 void LatencyHistogram::observe(double seconds) {
-  size_t b = 0;
+  std::size_t b = 0;
   while (b < kBounds.size() && seconds > kBounds[b]) ++b;
   ++buckets[b];
   sum += seconds;
@@ -16,7 +16,7 @@ double LatencyHistogram::quantile(double q) const {
   if (total == 0) return 0;
   const double rank = q * static_cast<double>(total);
   int64_t cumulative = 0;
-  for (size_t b = 0; b < kBounds.size(); ++b) {
+  for (std::size_t b = 0; b < kBounds.size(); ++b) {
     const int64_t before = cumulative;
     cumulative += buckets[b];
     if (static_cast<double>(cumulative) >= rank) {
