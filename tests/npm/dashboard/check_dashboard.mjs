@@ -124,6 +124,8 @@ try {
         for (const el of document.querySelectorAll('[id^="v-"]')) v[el.id] = { value: el.dataset.value, text: el.textContent };
         v.rows = document.querySelectorAll('#requests tbody tr').length;
         v.prefixRows = [...document.querySelectorAll('#prefixes tbody tr')].map((tr) => [...tr.children].map((td) => td.textContent));
+        v.tierRows = [...document.querySelectorAll('#tiers tbody tr')].map((tr) =>
+          [tr.dataset.tier, ...[...tr.children].slice(3).map((td) => Number(td.dataset.value))]);
         return v;
       });
       if (Number(dom['v-steps'].value) === stats.steps && stats.requests.running === 0 && stats.requests.waiting === 0) break;
@@ -162,6 +164,12 @@ try {
       check(Number(dom.prefixRows[0][0]) === stats.top_prefixes[0].tokens, 'largest prefix tokens ' + dom.prefixRows[0][0]);
       check(dom.prefixRows[0][4].startsWith('Once upon a time'), 'prefix preview ' + dom.prefixRows[0][4]);
     }
+    // The tiers table: one row per /v1/kv/stats tier, in order, with its numbers.
+    check(JSON.stringify(dom.tierRows) === JSON.stringify(stats.tiers.map((t) =>
+      [t.tier, t.used_blocks, t.capacity_blocks, t.hit_blocks, t.evictions])),
+    'tier rows ' + JSON.stringify(dom.tierRows) + ' vs ' + JSON.stringify(stats.tiers));
+    check(dom.tierRows.length >= 1 && dom.tierRows[0][0] === 'pool' &&
+      dom.tierRows[0][1] === stats.pool.in_use + stats.pool.cached, 'the pool row: ' + JSON.stringify(dom.tierRows[0]));
     check(stats.pool.block_map === undefined || stats.pool.block_map.length === stats.pool.num_blocks, 'block map length');
     await page.screenshot({ path: path.join(outDir, 'dashboard-idle.png'), fullPage: true });
 
