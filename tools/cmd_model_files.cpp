@@ -189,7 +189,7 @@ void register_make_model(CLI::App& app, int& exit_code) {
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("make-model", "write a random-weight GGUF of a named shape");
-  cmd->add_option("--shape", o->shape, "default, tiny, llama-110m, tinyllama-1.1b, tiny-mla, tiny-mla-q, dsv2-lite, dsv2-lite-gqa");
+  cmd->add_option("--shape", o->shape, "default, tiny, llama-110m, tinyllama-1.1b, tiny-mla, tiny-mla-q, dsv2-lite, dsv2-lite-gqa, dsv2-mini, dsv2-mini-gqa");
   cmd->add_option("--dtype", o->dtype,
                   "weights: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or a llama.cpp mix: q4_k_m, q5_k_m");
   cmd->add_option("-o,--output", o->out, "output .gguf")->required();

@@ -37,7 +37,8 @@ struct ModelShape {
 // Known shapes: "default" (built in), "tiny" (tests), "llama-110m", "tinyllama-1.1b", and MLA
 // ones: "tiny-mla" (plain q), "tiny-mla-q" (q LoRA + YaRN), "dsv2-lite" (DeepSeek-V2-Lite's
 // attention geometry with a dense FFN of its expert width) next to "dsv2-lite-gqa" (the same
-// model with GQA, 4 kv heads of 128, for the capacity and speed comparison).
+// model with GQA, 4 kv heads of 128, for the capacity and speed comparison), and "dsv2-mini" /
+// "dsv2-mini-gqa": the same layers, 4 of them (benchmarks on small machines).
 const std::vector<ModelShape>& model_shapes();
 Result<ModelShape> find_model_shape(const std::string& name);
 
