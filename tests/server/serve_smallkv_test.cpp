@@ -40,9 +40,9 @@ TEST(ServeSmallKv, DeepseekMlaModelAnswersWithPrefixCacheAndInt8Latents) {
   std::string prompt;
   for (int i = 0; i < 40; ++i) prompt += "ab ";
   const json body = {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}};
-  const json first = post(port, body);
+  json first = post(port, body);
   ASSERT_TRUE(first.contains("choices")) << first.dump();
-  const json second = post(port, body);
+  json second = post(port, body);
   ASSERT_TRUE(second.contains("choices")) << second;
   EXPECT_EQ(first["choices"][0]["text"], second["choices"][0]["text"]);
   EXPECT_EQ(first["usage"]["completion_tokens"], 6);
@@ -51,7 +51,7 @@ TEST(ServeSmallKv, DeepseekMlaModelAnswersWithPrefixCacheAndInt8Latents) {
   multi["n"] = 3;
   multi["temperature"] = 1.0;
   multi["seed"] = 4;
-  const json three = post(port, multi);
+  json three = post(port, multi);
   ASSERT_TRUE(three.contains("choices")) << three.dump();
   ASSERT_EQ(three["choices"].size(), 3u) << three;
   EXPECT_EQ(serve.terminate(), 0) << serve.err();
@@ -64,7 +64,7 @@ TEST(ServeSmallKv, StreamingWindowServesPastThePool) {
   const int port = port_of(serve.line());
   ASSERT_GT(port, 0) << serve.err();
   const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 300}, {"ignore_eos", true}, {"n", 2}, {"seed", 1}};
-  const json reply = post(port, body);
+  json reply = post(port, body);
   ASSERT_TRUE(reply.contains("choices")) << reply.dump() << serve.err();
   ASSERT_EQ(reply["choices"].size(), 2u) << reply;
   EXPECT_EQ(reply["usage"]["completion_tokens"], 600) << reply;

@@ -14,7 +14,7 @@ using testing::Output;
 using testing::pagoda;
 
 std::string make(const std::string& shape, const std::string& extra = "") {
-  const std::string path = testing::temp_dir() + "/" + shape + extra.substr(extra.empty() ? 0 : 2) + ".gguf";
+  const std::string path = testing::temp_dir() + "/" + shape + (extra.empty() ? "" : "-cla") + ".gguf";
   Output o = pagoda("make-model --shape " + shape + " -q -o " + path + " " + extra);
   EXPECT_EQ(o.exit_code, 0) << o.err;
   return path;
