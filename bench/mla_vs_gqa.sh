@@ -31,7 +31,7 @@ for kind in mla gqa; do
   tps=()
   for ctx in 1024 4096; do
     tps+=("$("$PAGODA" bench -m "$DIR/$shape.gguf" -p 0 -n 16 -r "$REPS" -t "$THREADS" --decode-context "$ctx" \
-             --kv-dtype f16 -q --json | python3 -c 'import json,sys; print(f"{json.load(sys.stdin)[\"decode_tps\"]:.2f}")')")
+             --kv-dtype f16 -q --json | python3 -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["decode_tps"])')")
   done
   echo "| $shape | $att | $bpt | $seqs | ${tps[0]} | ${tps[1]} |"
 done

@@ -23,7 +23,7 @@ row() {  # label dtype window sinks
   local full; full=$(bpt f32)
   local q; q=$("$PAGODA" perplexity -m "$MODEL" -f "$TEXT" -c "$CTX" --kv-dtype "$dtype" $flags --json -t 1)
   local tps; tps=$("$PAGODA" bench -m "$MODEL" -p 0 -n 64 -r "$REPS" -t 1 --decode-context "$CTX" -c $((CTX + 80)) \
-                   --kv-dtype "$dtype" $flags -q --json | python3 -c 'import json,sys; print(f"{json.load(sys.stdin)[\"decode_tps\"]:.0f}")')
+                   --kv-dtype "$dtype" $flags -q --json | python3 -c 'import json,sys; print("%.0f" % json.load(sys.stdin)["decode_tps"])')
   python3 -c "
 import json
 d = json.loads('''$q''')
