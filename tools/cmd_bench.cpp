@@ -19,6 +19,7 @@ struct BenchOptions {
   int reps = 5;
   bool json = false;
   int64_t prefix_ttft = 0;  // > 0: TTFT with a cached prefix of this many tokens vs uncached
+  int64_t decode_context = 0;  // decode after a prompt of this many tokens (0: after BOS alone)
 };
 
 double median(std::vector<double> v) {
@@ -89,7 +90,9 @@ int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
   // The prefill test repeats one prompt: with the prefix cache on, every rep after the first
   // would be served from cache. Only the --prefix-ttft test uses it.
   if (o.prefix_ttft == 0) eo.no_prefix_cache = true;
-  if (eo.ctx_size == 0) eo.ctx_size = std::max<int64_t>({o.n_prompt, o.n_gen + 1, o.prefix_ttft + 17}) + 16;
+  if (eo.ctx_size == 0) {
+    eo.ctx_size = std::max<int64_t>({o.n_prompt, o.n_gen + 1 + o.decode_context, o.prefix_ttft + 17}) + 16;
+  }
   auto loaded = load_engine(eo, clock, logger);
   if (!loaded.is_ok()) return fail(loaded.status());
   engine::Engine& eng = *loaded->engine;
@@ -108,6 +111,13 @@ int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
   prefill.max_new_tokens = 0;
   engine::GenerateRequest decode;
   decode.prompt = {std::max(0, tok.bos_id())};
+  // --decode-context N: the decode steps attend over N prompt tokens (the same random tokens).
+  const int64_t reuse = std::min<int64_t>(static_cast<int64_t>(prefill.prompt.size()), o.decode_context);
+  if (reuse > 1) decode.prompt.insert(decode.prompt.end(), prefill.prompt.begin() + 1, prefill.prompt.begin() + reuse);
+  while (static_cast<int64_t>(decode.prompt.size()) < std::max<int64_t>(1, o.decode_context)) {
+    const auto id = static_cast<int32_t>(rng.next_u64() % n_vocab);
+    if (tok.vocab().types[id] == model::TokenType::kNormal) decode.prompt.push_back(id);
+  }
   decode.max_new_tokens = o.n_gen + 1;  // the first token comes from prefill; n_gen decode steps follow
 
   std::vector<double> prefill_tps, decode_tps;
@@ -158,6 +168,9 @@ void register_bench(CLI::App& app, const Clock& clock, Logger& logger, int& exit
   cmd->add_option("-n,--n-gen", options->n_gen, "tokens for the decode test")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("-r,--reps", options->reps, "repetitions (median reported)")->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", options->json, "print one JSON object");
+  cmd->add_option("--decode-context", options->decode_context,
+                  "decode after a prompt of this many tokens (decode speed at that context)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("--prefix-ttft", options->prefix_ttft,
                   "instead: TTFT of prompts whose first N tokens are cached vs not")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->callback([options, &clock, &logger, &exit_code] { exit_code = bench(*options, clock, logger); });

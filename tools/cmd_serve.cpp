@@ -152,7 +152,9 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   config.limits.vocab_size = tokenizer->vocab_size();
   config.limits.max_context = eng.max_context();
   config.limits.max_choices = o.max_choices;
-  config.limits.max_total_tokens = eng.kv_plan().token_capacity;
+  // Windowed sequences (StreamingLLM, sliding-window models) hold a bounded window, not their
+  // whole length: their budget is the context per choice rather than the pool.
+  config.limits.max_total_tokens = eng.windowed() ? o.max_choices * eng.max_context() : eng.kv_plan().token_capacity;
   // End of text: EOS, and BOS (llama2.c-trained models mark a new story with BOS), as `run` does.
   for (int32_t id : {tokenizer->eos_id(), tokenizer->bos_id()}) {
     if (id >= 0) config.end_of_text_ids.push_back(id);

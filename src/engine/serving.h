@@ -24,7 +24,13 @@
 // Stop token ids and EOS end a choice with kStop; that token is counted in completion_tokens
 // but gets no TokenEvent and no text. max_tokens is clipped so that prompt + max_tokens fits
 // the context and the choice's KV (prompt + max_tokens - 1) fits the whole pool.
-// Not supported: windowed KV (--kv-window, sliding-window models): create() refuses it.
+// Windowed KV (StreamingLLM --kv-window/--kv-sinks, sliding-window models that free their old
+// blocks): sequences are not prefix-cached (no lookup, no registration) and never forked: the n
+// choices of a request are n sequences that each prefill the prompt. max_tokens is clipped to
+// the context only (sliding window) or not at all (StreamingLLM, which runs past the context);
+// create() refuses a pool smaller than one sequence's window (Engine::kv_token_cap). A
+// preempted StreamingLLM choice is recomputed in prefill chunks, so its cache can differ from
+// the one its decode built (outputs may then differ from an unpreempted run).
 #pragma once
 
 #include <array>

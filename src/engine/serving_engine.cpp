@@ -23,6 +23,13 @@ SchedulerOptions scheduler_options(const Engine& engine, const ServingConfig& c)
   const int64_t num_blocks = engine.kv_plan().num_blocks;
   o.watermark_blocks = static_cast<int64_t>(c.kv_watermark * static_cast<double>(num_blocks) + 0.999999);
   o.enable_prefix_caching = engine.config().enable_prefix_caching;
+  if (engine.windowed()) {
+    o.windows.on = true;
+    o.windows.stream_sinks = engine.stream_sinks();
+    o.windows.stream_window = engine.stream_window();
+    o.windows.kv_token_cap = engine.kv_token_cap();
+    o.windows.max_chunk = engine.max_prefill_chunk();
+  }
   return o;
 }
 
@@ -32,10 +39,10 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::create(std::unique_ptr<Eng
                                                              std::shared_ptr<const model::Tokenizer> tokenizer,
                                                              const ServingConfig& config) {
   if (engine == nullptr || tokenizer == nullptr) return Status::invalid_argument("serving needs an engine and a tokenizer");
-  if (engine->windowed()) {
-    return Status::invalid_argument(
-        "continuous batching does not support windowed KV (--kv-window or a sliding-window model): its sequences "
-        "drop blocks and cannot be forked or prefix-cached; serve without --kv-window");
+  if (engine->windowed() && engine->kv_token_cap() > engine->kv_plan().token_capacity) {
+    return Status::invalid_argument("one windowed sequence holds up to " + std::to_string(engine->kv_token_cap()) +
+                                    " KV tokens, more than the KV cache (" +
+                                    std::to_string(engine->kv_plan().token_capacity) + "); raise --kv-cache-mem");
   }
   if (tokenizer->vocab_size() > engine->model().config().n_vocab) {
     return Status::invalid_argument("the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
@@ -102,6 +109,13 @@ Status ServingEngineImpl::validate(const CompletionRequest& r, int64_t* max_toke
   if (n_prompt >= engine_->max_context()) {
     return Status::too_large("the prompt has " + std::to_string(n_prompt) + " tokens; the context of " +
                              std::to_string(engine_->max_context()) + " leaves no room to generate");
+  }
+  if (engine_->windowed()) {
+    // Windowed sequences hold at most kv_token_cap tokens' blocks (checked against the pool at
+    // create). StreamingLLM runs past the context (positions are cache positions); a
+    // sliding-window model's positions still end at its context.
+    *max_tokens = engine_->stream_window() > 0 ? r.max_tokens : std::min(r.max_tokens, engine_->max_context() - n_prompt);
+    return Status::ok();
   }
   if (n_prompt > pool_tokens_) {
     return Status::too_large("the prompt needs " + std::to_string(n_prompt) + " KV tokens, more than the whole KV cache (" +

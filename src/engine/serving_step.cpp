@@ -29,11 +29,22 @@ void ServingEngineImpl::admit_new(Submitted& s) {
     r->choices.emplace_back(i, p, n_vocab_);
     r->choices.back().text.emplace(*tokenizer_, r->req.stop);
   }
-  const SeqKey key{r->req.priority, static_cast<uint64_t>(r->id), 0};
   const kvcache::KvNamespace ns = engine_->kv_namespace(r->req.cache_salt);
-  SchedSequence& seq = scheduler_.add(key, r->req.prompt, r->usage.prompt_tokens + r->max_tokens, r->req.n, ns);
-  r->choices[0].seq = seq.id;
-  owners_[seq.id] = {r.get(), 0};
+  if (engine_->windowed()) {
+    // Windowed sequences are never forked: each choice prefills the prompt on its own.
+    r->forked = true;
+    for (int i = 0; i < r->req.n; ++i) {
+      const SeqKey key{r->req.priority, static_cast<uint64_t>(r->id), i};
+      SchedSequence& seq = scheduler_.add(key, r->req.prompt, r->usage.prompt_tokens + r->max_tokens, 1, ns);
+      r->choices[i].seq = seq.id;
+      owners_[seq.id] = {r.get(), i};
+    }
+  } else {
+    const SeqKey key{r->req.priority, static_cast<uint64_t>(r->id), 0};
+    SchedSequence& seq = scheduler_.add(key, r->req.prompt, r->usage.prompt_tokens + r->max_tokens, r->req.n, ns);
+    r->choices[0].seq = seq.id;
+    owners_[seq.id] = {r.get(), 0};
+  }
   requests_[r->id] = std::move(r);
 }
 
