@@ -138,7 +138,7 @@ void register_router(CLI::App& app, const Clock& clock, Logger& logger, int& exi
                   "accept only clients with \"Authorization: Bearer KEY\" on /v1 and /router routes (repeatable; "
                   "the key is forwarded, so give the workers the same keys)");
   cmd->add_flag("--no-dashboard", o->no_dashboard, "do not serve the live dashboard at /dashboard");
-  cmd->add_option("--http-threads", o->http_threads, "client connections served at once")->check(CLI::Range(1, 4096));
+  cmd->add_option("--http-threads", o->http_threads, "client connections served at once; one more gets 503 \"too many connections\"")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 beyond)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 31));
   cmd->add_flag("-v,--verbose", o->verbose, "log more");

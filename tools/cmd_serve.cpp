@@ -41,7 +41,8 @@ struct ServeOptions {
   int64_t max_num_batched_tokens = 512;
   int64_t max_waiting = 256;
   int max_choices = 16;
-  int http_threads = 64;
+  int http_threads = 512;
+  int http_read_timeout = 5;
   int64_t max_body_bytes = 8 << 20;
   double drain_timeout_s = 30;
   std::string kv_events_config;  // vLLM's --kv-events-config JSON; "" = no events
@@ -164,6 +165,7 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   config.dashboard = !o.no_dashboard;
   config.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   config.http_threads = o.http_threads;
+  config.read_timeout_s = o.http_read_timeout;
   config.seed = std::random_device{}();
   config.kv_events = publisher.get();
   {
@@ -229,12 +231,15 @@ void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit
                   "chat template family: " + server::chat_family_names() + " (default: from the model, else chatml)");
   cmd->add_option("--model-name", options->model_name, "the model's name in the API (default: the file stem; the built-in model: its general.name)");
   cmd->add_option("--max-num-seqs", options->max_num_seqs, "sequences per engine step")->check(CLI::Range(1, 4096));
+  cmd->add_option("--http-read-timeout", options->http_read_timeout,
+                  "seconds a connection may stay silent (idle, or mid-request) before it is closed")
+      ->check(CLI::Range(1, 3600));
   cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens, "tokens per engine step")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-waiting", options->max_waiting, "queued requests beyond which the server answers 429")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-choices", options->max_choices, "n x prompts per request")->check(CLI::Range(1, 1024));
-  cmd->add_option("--http-threads", options->http_threads, "connections served at once")->check(CLI::Range(1, 4096));
+  cmd->add_option("--http-threads", options->http_threads, "connections served at once; one more gets 503 \"too many connections\"")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-body", options->max_body_bytes, "largest request body in bytes (413 beyond)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 31));
   cmd->add_option("--drain-timeout", options->drain_timeout_s, "seconds in-flight requests get to finish on SIGTERM")

@@ -86,6 +86,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   e->pool_ = std::make_unique<kvcache::BlockPool>(std::move(pool));
   kvcache::BlockManagerOptions manager_options;
   manager_options.eviction = config.eviction;
+  manager_options.hash_fn = kvcache::block_hash_fn(config.kv_hash);
   e->blocks_ = std::make_unique<kvcache::BlockManager>(*e->pool_, manager_options);
   e->config_ = config;
   e->model_fingerprint_ = engine::model_fingerprint(model->file());

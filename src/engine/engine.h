@@ -47,6 +47,7 @@ struct EngineConfig {
   int64_t max_context = 0;               // 0: the model's training context
   bool enable_prefix_caching = true;     // reuse cached KV of earlier prompts' full blocks
   kvcache::EvictionPolicyKind eviction = kvcache::EvictionPolicyKind::kLru;
+  kvcache::BlockHashScheme kv_hash = kvcache::BlockHashScheme::kXxh64;  // --kv-hash (block_hash.h)
   // StreamingLLM (--kv-window W --kv-sinks S): each sequence keeps its first S tokens (the
   // attention sinks) and its last W tokens in the cache; before a step would exceed S + W, the
   // oldest non-sink block is dropped and the K of every later block re-rotated by -block_size

@@ -81,7 +81,7 @@ bool explain_namespaces(const ExplainContext& c, std::span<const int32_t> prompt
   for (const KvHistory::SeenNamespace& seen : c.history->namespaces()) {
     if (seen.ns == c.ns) continue;
     chain.clear();
-    const int64_t k = c.blocks->index().match(prompt, seen.ns, max_blocks, &kvcache::hash_block, chain);
+    const int64_t k = c.blocks->index().match(prompt, seen.ns, max_blocks, c.blocks->hash_fn(), chain);
     if (k > best) {
       best = k;
       best_ns = seen.ns;
@@ -160,13 +160,13 @@ KvExplanation explain_prefix(const ExplainContext& c, std::span<const int32_t> p
   }
 
   std::vector<int32_t> chain;
-  const int64_t k = bm.index().match(prompt, c.ns, max_blocks, &kvcache::hash_block, chain);
+  const int64_t k = bm.index().match(prompt, c.ns, max_blocks, bm.hash_fn(), chain);
   const uint64_t ns_key = c.ns.key();
   std::vector<BlockHash> hashes;  // [blocks hashed so far] the prompt's chained block hashes
   auto hash_at = [&](int64_t i) {
     while (static_cast<int64_t>(hashes.size()) <= i) {
       const BlockHash parent = hashes.empty() ? kvcache::kRootBlockHash : hashes.back();
-      hashes.push_back(kvcache::hash_block(parent, prompt.subspan(hashes.size() * B, B), ns_key));
+      hashes.push_back(bm.hash_fn()(parent, prompt.subspan(hashes.size() * B, B), ns_key));
     }
     return hashes[static_cast<size_t>(i)];
   };

@@ -124,7 +124,7 @@ Result<BlockRecordMeta> peek_block_record(ConstByteSpan bytes) {
                  head_dim = get<uint32_t>(p, kOffHeadDim);
   if (block_size == 0 || block_size > kMaxBlockSize) return Status::error("block record: block size " + std::to_string(block_size));
   if (n_layer == 0 || n_layer > kMaxLayers || n_kv_head == 0 || head_dim == 0 ||
-      static_cast<int64_t>(n_kv_head) * head_dim > kMaxRowWidth) {
+      static_cast<uint64_t>(n_kv_head) * head_dim > static_cast<uint64_t>(kMaxRowWidth)) {  // no overflow: 32 x 32 bits
     return Status::error("block record: shape " + std::to_string(n_layer) + " x " + std::to_string(n_kv_head) + " x " +
                          std::to_string(head_dim) + " out of range");
   }
@@ -151,6 +151,11 @@ Result<BlockRecordMeta> peek_block_record(ConstByteSpan bytes) {
                          std::to_string(m.payload_bytes));
   }
   if (static_cast<int64_t>(bytes.size()) < header_bytes) return Status::error("block record: truncated token ids");
+  // The padding after the token ids is zero, so a record has one encoding (found by fuzzing: a
+  // record with stray padding bytes and a matching checksum decoded).
+  for (int64_t i = kRecordFixedHeaderBytes + 4 * int64_t{m.block_size}; i < header_bytes; ++i) {
+    if (p[i] != 0) return Status::error("block record: padding after the token ids is not zero");
+  }
   m.ns.model_fingerprint = get<uint64_t>(p, kOffModel);
   m.ns.kv_format = get<uint64_t>(p, kOffFormat);
   m.ns.cache_salt = get<uint64_t>(p, kOffSalt);

@@ -98,10 +98,12 @@ int RouterServer::choose(const RoutingRequest& request, const std::vector<bool>&
     if (info) block_size = info->block_size;
     if (available && info && request.parsed && w.predictable()) {
       const kvcache::KvNamespace ns = info->kv_namespace(request.tenant_salt(info->salt_per_api_key));
-      const uint64_t key = ns.key() ^ static_cast<uint64_t>(info->block_size);
+      // One chain per (namespace, block size, hash scheme) among the workers.
+      const uint64_t key = ns.key() ^ static_cast<uint64_t>(info->block_size) ^
+                           static_cast<uint64_t>(reinterpret_cast<uintptr_t>(info->hash_fn()));
       auto it = std::find_if(chains.begin(), chains.end(), [&](const auto& c) { return c.first == key; });
       if (it == chains.end()) {
-        chains.emplace_back(key, prompt_block_hashes(request.tokens, info->block_size, ns));
+        chains.emplace_back(key, prompt_block_hashes(request.tokens, info->block_size, ns, info->hash_fn()));
         it = chains.end() - 1;
       }
       overlap = w.matched_blocks(it->second);

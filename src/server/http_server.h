@@ -13,13 +13,15 @@
 //   POST /v1/kv/explain                          why a prompt would (not) hit the prefix cache
 //   GET  /dashboard                              the live KV dashboard (assets compiled in)
 //
-// Threads: httplib answers each connection on a thread of its own pool (http_threads); the engine
+// Threads: httplib answers each connection on a thread of its own (http::ConnectionGate: up to
+// http_threads at once; beyond them a connection gets 503 and is closed); the engine
 // runs its loop on its own thread. A generate handler tokenizes, submits one engine request per
 // prompt, then waits on its RequestStream, checking every poll_interval_s that its client is
 // still connected (ConnectionProbe, failed writes): a client that has gone has its requests
 // aborted, which frees their blocks within one engine step.
 //
-// Auth: with api_keys, every /v1 route needs "Authorization: Bearer KEY" (401 otherwise);
+// Auth: with api_keys, every /v1 route needs "Authorization: Bearer KEY" (401 otherwise; keys are
+// compared in constant time);
 // /health and /metrics are open. salt_per_api_key prefixes each request's cache salt with its
 // key, so tenants never share prefix-cache entries (no prefix-timing side channel between them).
 //
@@ -67,7 +69,8 @@ struct ServerConfig {
   RequestLimits limits;                     // vocab_size and max_context must be set
   std::vector<int32_t> end_of_text_ids;     // extra stop tokens unless ignore_eos (e.g. BOS)
   size_t max_body_bytes = 8u << 20;
-  int http_threads = 64;                    // concurrent connections served
+  int http_threads = 512;                   // connections served at once (beyond: 503)
+  int read_timeout_s = 5;                   // a connection silent this long (idle or mid-request) is closed
   int retry_after_s = 1;
   double poll_interval_s = 0.05;            // client checks while waiting for tokens
   uint64_t seed = 0;                        // seeds for requests without one are drawn from this

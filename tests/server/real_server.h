@@ -61,6 +61,7 @@ class RealServerTest : public ::testing::Test {
     config.num_threads = 1;
     config.max_context = kContext;
     config.kv_cache_bytes = 4 << 20;
+    configure_engine(config);
     auto eng = engine::Engine::create(std::move(model).value(), config, clock_, logger_);
     ASSERT_TRUE(eng.is_ok()) << eng.status().message();
     if (kv_events_) {  // as `pagoda serve --kv-events-config` wires them
@@ -77,6 +78,7 @@ class RealServerTest : public ::testing::Test {
     const int64_t token_capacity = (*eng)->kv_plan().token_capacity;
     engine::ServingConfig serving_config;
     serving_config.max_num_seqs = 16;
+    configure_serving(serving_config);
     auto serving = engine::ServingEngine::create(std::move(eng).value(), tokenizer_, serving_config);
     ASSERT_TRUE(serving.is_ok()) << serving.status().message();
     serving_ = std::move(serving).value();
@@ -111,6 +113,8 @@ class RealServerTest : public ::testing::Test {
 
   // Fixtures derived from this one change the server's config here (API keys, ...).
   virtual void configure(server::ServerConfig&) {}
+  virtual void configure_serving(engine::ServingConfig&) {}
+  virtual void configure_engine(engine::EngineConfig&) {}
   virtual server::ChatFamily chat_family() const { return server::ChatFamily::kChatML; }
 
   // No request running or waiting, no block held: everything a request took was given back.

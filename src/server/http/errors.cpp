@@ -21,6 +21,7 @@ std::string error_body(int http_status, const std::string& message, const std::s
   const char* type = "server_error";
   switch (http_status) {
     case 400:
+    case 411:
     case 413: type = "invalid_request_error"; break;
     case 401: type = "authentication_error"; break;
     case 404: type = "not_found_error"; break;
