@@ -132,14 +132,12 @@ ImportOutcome PdCoordinator::import(std::span<const int32_t> prompt, const std::
     n_local = std::min(local.num_blocks(), n_remote);
     if (n_local == n_remote) return;  // all here already: only the lease to end
     const int64_t n_tokens = n_remote * block_size;
-    if (!bm.plan(local, n_tokens).fits()) {
+    if (n_tokens > static_cast<int64_t>(slots_.size()) || !bm.plan(local, n_tokens).fits()) {
       refused = "no free KV blocks for the transfer";
       return;
     }
     seq = bm.add_sequence(n_tokens, {ns, 0, true});
-    kvcache::PrefixMatch adopted = std::move(local);
-    if (adopted.num_blocks() > n_local) adopted.reset();  // (never: n_local == its size here)
-    bm.adopt(seq, std::move(adopted));
+    bm.adopt(seq, std::move(local));  // n_local blocks: fewer than n_remote
     const int64_t n_new = n_tokens - bm.length(seq);
     copies_.clear();
     CHECK(bm.append(seq, prompt.subspan(bm.length(seq), n_new), std::span(slots_).first(n_new), copies_));

@@ -61,7 +61,7 @@ void RouterServer::handle_generate(const httplib::Request& req, httplib::Respons
   std::vector<bool> tried(workers_.size(), false);
   Failure last;
   const std::optional<std::string> decode_body =
-      config_.prefill_workers.empty() ? std::nullopt : prefill_remotely(req);
+      config_.prefill_workers.empty() ? std::optional<std::string>() : prefill_remotely(req);
   for (int attempt = 0; attempt <= config_.max_retries; ++attempt) {
     int64_t overlap = 0;
     const int w = choose(rr, tried, overlap);

@@ -3,6 +3,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <type_traits>
+
 namespace pagoda::transfer {
 
 namespace {

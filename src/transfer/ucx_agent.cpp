@@ -165,6 +165,9 @@ bool UcxAgentImpl::progress_once() {
   unsigned n = 0;
   while (ucp_worker_progress(worker_) != 0) ++n;
   accept_pending();
+  std::vector<Message> messages = std::move(messages_);
+  messages_.clear();
+  for (const Message& m : messages) on_message(m.id, m.bytes, m.reply_ep);
   std::vector<Reply> replies = std::move(replies_);
   replies_.clear();
   // Replies to an endpoint that failed meanwhile are dropped (the peer's op times out).
@@ -184,7 +187,7 @@ bool UcxAgentImpl::progress_once() {
     ucp_request_free(r);
     return true;
   });
-  return n > 0 || events_ || !replies.empty();
+  return n > 0 || events_ || !replies.empty() || !messages.empty();
 }
 
 void UcxAgentImpl::accept_pending() {
@@ -244,7 +247,8 @@ ucs_status_t UcxAgentImpl::on_am(void* arg, const void*, size_t, void* data, siz
   self->events_ = true;
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) return UCS_OK;  // never this large: dropped
   const ucp_ep_h reply_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
-  self->on_message(handler->id, {static_cast<const uint8_t*>(data), length}, reply_ep);
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  self->messages_.push_back({handler->id, std::vector<uint8_t>(bytes, bytes + length), reply_ep});
   return UCS_OK;
 }
 

@@ -62,7 +62,12 @@ class UcxAgentImpl final : public UcxAgent {
     std::vector<uint8_t> bytes;
     bool done = false;
   };
-  struct Reply {                  // queued by an AM callback, sent by the loop
+  struct Message {                // received by an AM callback, handled by the loop
+    MessageId id;
+    std::vector<uint8_t> bytes;
+    ucp_ep_h reply_ep;
+  };
+  struct Reply {                  // produced by a message, sent by the loop
     ucp_ep_h ep;
     MessageId id;
     std::vector<uint8_t> bytes;
@@ -125,6 +130,7 @@ class UcxAgentImpl final : public UcxAgent {
   std::vector<std::unique_ptr<Peer>> dead_peers_;
   std::unordered_map<uint64_t, std::unique_ptr<Op>> ops_;
   std::list<Send> sends_;
+  std::vector<Message> messages_;
   std::vector<Reply> replies_;
   uint64_t next_request_id_ = 1;
   bool events_ = false;           // a callback ran during the last progress call

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -143,6 +144,7 @@ void UcxAgentImpl::advance(Op& op) {
     if (op.peer->state == Peer::State::kHello) {
       if (now < op.deadline_ns) return;
       op.status = Status::unavailable("KV transfer: no handshake from " + op.peer->key + " in time");
+      fail_peer(*op.peer, op.status);  // the next pull connects afresh
       return finish(op);
     }
     issue_gets(op);
