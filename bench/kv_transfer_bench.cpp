@@ -23,7 +23,7 @@ struct Side {
       : pool(kvcache::BlockPool::create(layout, num_blocks).value()) {
     transfer::UcxAgentConfig c;
     c.ucx_options = {{"TLS", tls}};
-    if (tls.rfind("tcp", 0) == 0) c.ucx_options.emplace_back("NET_DEVICES", "lo");
+    c.ucx_options.emplace_back("NET_DEVICES", "lo");
     auto created = transfer::UcxAgent::create(c, transfer::describe_pool(pool, "bench", 1, 1), leases, clock, logger);
     if (!created.is_ok()) {
       std::fprintf(stderr, "%s\n", created.status().message().c_str());
@@ -46,7 +46,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int64_t blocks = 64, block_kib = 1024, iters = 20;
-  std::vector<std::string> transports = {"tcp,self", "sm,self"};
+  std::vector<std::string> transports = {"tcp,self", "sm,self,tcp"};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--blocks") blocks = std::atoll(argv[i + 1]);

@@ -12,7 +12,7 @@ prefill -t 1` on core 0, `serve --role decode -t 1` on core 1, behind `pagoda ro
 Prints one markdown table (medians over --runs runs of ITL p50/p99, the long prompts' TTFT, and
 the decode worker's KV pull bandwidth from /v1/pd/stats).
 
-  bench/pd_itl.py --model FILE.gguf [--runs 3] [--duration 30] [--users 4] [--long-words 900]
+  bench/pd_itl.py [--model FILE.gguf] [--runs 3] [--duration 30] [--users 4] [--long-words 250]
                   [--interval 1.0] [--ucx-tls tcp,self] [--port 18400]
 Needs a Release build (BUILD_DIR, default build/), python3 only (standard library).
 """
@@ -92,7 +92,8 @@ def pct(v, q):
 
 
 def run_once(mode, a, seed):
-    base = ["-m", a.model, "-c", "2048", "--kv-cache-mem", a.kv_cache_mem, "--port", "0", "--no-dashboard"]
+    model = ["-m", a.model] if a.model else []  # default: the built-in model (random weights)
+    base = model + ["-c", "2048", "--kv-cache-mem", a.kv_cache_mem, "--port", "0", "--no-dashboard"]
     procs = []
     try:
         if mode == "colocated":
@@ -105,7 +106,7 @@ def run_once(mode, a, seed):
             procs.append(p)
             d, decode_port = start(["serve"] + base + ["-t", "1", "--role", "decode"] + tls, "1")
             procs.append(d)
-            r, target = start(["router", "-m", a.model, "--port", "0", "--policy", "round-robin",
+            r, target = start(["router"] + model + ["--port", "0", "--policy", "round-robin",
                                "--prefill", "http://127.0.0.1:%d" % pport, "--decode", "http://127.0.0.1:%d" % decode_port], "")
             procs.append(r)
             time.sleep(1.5)  # the router's first health check
@@ -132,12 +133,12 @@ def run_once(mode, a, seed):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model", default="", help="GGUF file (default: the built-in model)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=float, default=30)
     ap.add_argument("--users", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--long-words", type=int, default=900)
+    ap.add_argument("--long-words", type=int, default=250)
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--kv-cache-mem", default="256M")
     ap.add_argument("--ucx-tls", default="tcp,self")

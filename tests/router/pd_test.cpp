@@ -146,7 +146,7 @@ TEST_F(PdTest, UnclaimedLeaseExpiresAndALateDecodeFallsBack) {
   const json params = prefill_params(prompt);
   ASSERT_TRUE(params.is_object());
   EXPECT_GE(params["remote_block_ids"].size(), 2u) << params.dump();
-  EXPECT_EQ(pd_stats(prefill_port_).value("leases_active", 0), 1);
+  EXPECT_EQ(pd_stats(prefill_port_).value("leases_granted", 0), 1);
   // Nobody comes: the lease expires, its blocks are unpinned.
   ASSERT_TRUE(eventually([&] { return pd_stats(prefill_port_).value("leases_expired", 0) == 1; }))
       << pd_stats(prefill_port_).dump();

@@ -13,7 +13,8 @@ namespace {
 
 using Options = std::vector<std::pair<std::string, std::string>>;
 const Options kTcp = {{"TLS", "tcp,self"}, {"NET_DEVICES", "lo"}};
-const Options kSm = {{"TLS", "sm,self"}};
+// sm for the data; tcp only for the connection manager (the sockaddr listener needs it).
+const Options kSm = {{"TLS", "sm,self,tcp"}, {"NET_DEVICES", "lo"}};
 
 kvcache::KvLayout layout_of(kernels::KvDType dtype, kernels::KvLayoutKind kind, int64_t block_size) {
   kvcache::KvLayout l;
