@@ -74,14 +74,17 @@ def stream_user(port, user, max_tokens, stop_at, gaps):
         c.close()
 
 
-def long_prompts(port, words, interval, stop_at, ttfts, seed):
+def long_prompts(port, words, interval, stop_at, ttfts, long_tokens, seed):
     i = 0
     while time.monotonic() < stop_at:
         t0 = time.monotonic()
         text = " ".join(WORDS[(seed * 131 + i * 17 + k * (i + 3)) % len(WORDS)] for k in range(words))
-        status, _ = post(port, {"prompt": "%d %s" % (seed * 100000 + i, text), "max_tokens": 1, "temperature": 0})
+        status, data = post(port, {"prompt": "%d %s" % (seed * 100000 + i, text), "max_tokens": 1, "temperature": 0})
         if status == 200:
             ttfts.append(time.monotonic() - t0)
+            long_tokens.append(json.loads(data)["usage"]["prompt_tokens"])
+        else:
+            print("long prompt: HTTP %d %s" % (status, data[:200]), file=sys.stderr)
         i += 1
         time.sleep(max(0.0, interval - (time.monotonic() - t0)))
 
@@ -112,9 +115,9 @@ def run_once(mode, a, seed):
             time.sleep(1.5)  # the router's first health check
         post(target, {"prompt": "warm up", "max_tokens": 2})
         stop_at = time.monotonic() + a.duration
-        gaps, ttfts = [], []
+        gaps, ttfts, long_tokens = [], [], []
         threads = [threading.Thread(target=stream_user, args=(target, u, a.max_tokens, stop_at, gaps)) for u in range(a.users)]
-        threads.append(threading.Thread(target=long_prompts, args=(target, a.long_words, a.interval, stop_at, ttfts, seed)))
+        threads.append(threading.Thread(target=long_prompts, args=(target, a.long_words, a.interval, stop_at, ttfts, long_tokens, seed)))
         for t in threads:
             t.start()
         for t in threads:
@@ -122,7 +125,7 @@ def run_once(mode, a, seed):
         stats = get(decode_port, "/v1/pd/stats")
         bw = stats.get("imported_bytes", 0) / stats["transfer_seconds"] if stats.get("transfer_seconds") else float("nan")
         return {"itl_p50": pct(gaps, 0.5), "itl_p99": pct(gaps, 0.99), "samples": len(gaps),
-                "long_ttft_p50": pct(ttfts, 0.5), "long": len(ttfts), "pull_gbps": bw * 1e-9,
+                "long_ttft_p50": pct(ttfts, 0.5), "long": len(ttfts), "long_tokens": pct(long_tokens, 0.5), "pull_gbps": bw * 1e-9,
                 "fallbacks": stats.get("imports_fallback", 0), "pulls": stats.get("imports_ok", 0)}
     finally:
         for p in procs:
@@ -151,13 +154,13 @@ def main():
             results[mode].append(r)
     med = {m: {k: statistics.median([r[k] for r in rs]) for k in rs[0]} for m, rs in results.items()}
     c, d = med["colocated"], med["disaggregated"]
-    print("| setup | ITL p50 ms | ITL p99 ms | ITL samples | long-prompt TTFT p50 s | long prompts | KV pull GB/s | fallbacks |")
+    print("| setup | ITL p50 ms | ITL p99 ms | ITL samples | long prompts (tokens) | long-prompt TTFT p50 s | KV pull GB/s | fallbacks |")
     print("|---|---|---|---|---|---|---|---|")
-    print("| colocated (1 instance, -t 2, cores 0-1) | %.1f | %.1f | %d | %.2f | %d | - | - |" %
-          (c["itl_p50"] * 1e3, c["itl_p99"] * 1e3, c["samples"], c["long_ttft_p50"], c["long"]))
-    print("| disaggregated (prefill core 0 + decode core 1, UCX_TLS=%s) | %.1f | %.1f | %d | %.2f | %d | %.2f | %d |" %
-          (a.ucx_tls, d["itl_p50"] * 1e3, d["itl_p99"] * 1e3, d["samples"], d["long_ttft_p50"], d["long"], d["pull_gbps"],
-           d["fallbacks"]))
+    print("| colocated (1 instance, -t 2, cores 0-1) | %.1f | %.1f | %d | %d (%d) | %.2f | - | - |" %
+          (c["itl_p50"] * 1e3, c["itl_p99"] * 1e3, c["samples"], c["long"], c["long_tokens"], c["long_ttft_p50"]))
+    print("| disaggregated (prefill core 0 + decode core 1, UCX_TLS=%s) | %.1f | %.1f | %d | %d (%d) | %.2f | %.2f | %d |" %
+          (a.ucx_tls, d["itl_p50"] * 1e3, d["itl_p99"] * 1e3, d["samples"], d["long"], d["long_tokens"], d["long_ttft_p50"],
+           d["pull_gbps"], d["fallbacks"]))
     print("\nITL p99 colocated / disaggregated: %.2fx (medians of %d runs)" % (c["itl_p99"] / d["itl_p99"], a.runs))
 
 
