@@ -26,6 +26,7 @@ struct RouterOptions {
   std::string model_path;
   std::string tokenizer_path;
   std::vector<std::string> workers;
+  std::vector<std::string> prefill, decode;  // P/D disaggregation
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string policy = "kv-aware";
@@ -67,10 +68,19 @@ int run_router(const RouterOptions& o, const Clock& clock, Logger& logger) {
   config.http_threads = o.http_threads;
   config.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   std::vector<router::WorkerAddress> workers;
-  for (const std::string& url : o.workers) {
+  std::vector<std::string> urls = o.workers;
+  urls.insert(urls.end(), o.decode.begin(), o.decode.end());  // decode workers are the routed ones
+  if (urls.empty()) return fail(Status::invalid_argument("give --worker URL (or --prefill URL --decode URL)"));
+  if (!o.prefill.empty() && o.decode.empty()) return fail(Status::invalid_argument("--prefill needs --decode URL"));
+  for (const std::string& url : urls) {
     auto a = router::parse_worker_url(url);
     if (!a.is_ok()) return fail(a.status());
     workers.push_back(*a);
+  }
+  for (const std::string& url : o.prefill) {
+    auto a = router::parse_worker_url(url);
+    if (!a.is_ok()) return fail(a.status());
+    config.prefill_workers.push_back(*a);
   }
   auto loaded = load_tokenizer(o.model_path, o.tokenizer_path);
   if (!loaded.is_ok()) return fail(loaded.status());
@@ -83,7 +93,11 @@ int run_router(const RouterOptions& o, const Clock& clock, Logger& logger) {
   if (!port.is_ok()) return fail(port.status());
   router.start();
   std::printf("pagoda router: %s policy over %zu workers at http://%s:%d\n", router::routing_policy_name(config.policy),
-              o.workers.size(), o.host.c_str(), *port);
+              urls.size(), o.host.c_str(), *port);
+  if (!o.prefill.empty()) {
+    std::printf("  P/D: prompts prefilled on %zu prefill workers, decoded on %zu decode workers\n", o.prefill.size(),
+                o.decode.size());
+  }
   if (config.dashboard) std::printf("  dashboard: http://%s:%d/dashboard   (workers, routing, live)\n", o.host.c_str(), *port);
   std::fflush(stdout);
   std::atomic<bool> stopping{false};
@@ -112,7 +126,11 @@ void register_router(CLI::App& app, const Clock& clock, Logger& logger, int& exi
                   "the workers' model (GGUF, vocab-only GGUF, llama2.c checkpoint or Hugging Face folder): its "
                   "tokenizer and chat template (default: the built-in model)");
   cmd->add_option("--tokenizer", o->tokenizer_path, "tokenizer.bin for a llama2.c checkpoint");
-  cmd->add_option("--worker", o->workers, "a worker's base URL, http://HOST:PORT (repeatable)")->required();
+  cmd->add_option("--worker", o->workers, "a worker's base URL, http://HOST:PORT (repeatable)");
+  cmd->add_option("--prefill", o->prefill,
+                  "P/D: a `pagoda serve --role prefill` worker's URL (repeatable); needs --decode");
+  cmd->add_option("--decode", o->decode,
+                  "P/D: a `pagoda serve --role decode` worker's URL (repeatable); requests stream from these");
   cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", o->port, "TCP port (0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--policy", o->policy, "kv-aware | round-robin | least-load")

@@ -11,10 +11,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <thread>
 
+#include "engine/pd_coordinator.h"
 #include "engine/serving.h"
 #include "events/kv_event_publisher.h"
 #include "server/http_server.h"
@@ -47,7 +49,26 @@ struct ServeOptions {
   double drain_timeout_s = 30;
   std::string kv_events_config;  // vLLM's --kv-events-config JSON; "" = no events
   bool no_dashboard = false;
+  // P/D disaggregation (engine/pd_coordinator.h).
+  std::string role = "both";
+  int kv_transfer_port = -1;     // -1: no KV transfer agent unless the role needs one; 0: any port
+  double kv_lease_s = 30;
+  double kv_transfer_timeout_s = 10;
+  std::string ucx_tls;           // "" : UCX_TLS from the environment, else tcp,self on lo
+  std::string ucx_net_devices;
 };
+
+// The UCX settings of the KV transfer: flags first, then the environment (UCX reads UCX_* itself),
+// else loopback TCP, which works in every container (sm needs ptrace rights or a shared /dev/shm).
+std::vector<std::pair<std::string, std::string>> ucx_options(const ServeOptions& o) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const bool env_tls = std::getenv("UCX_TLS") != nullptr;
+  if (!o.ucx_tls.empty()) out.emplace_back("TLS", o.ucx_tls);
+  else if (!env_tls) out.emplace_back("TLS", "tcp,self");
+  if (!o.ucx_net_devices.empty()) out.emplace_back("NET_DEVICES", o.ucx_net_devices);
+  else if (!env_tls && std::getenv("UCX_NET_DEVICES") == nullptr && o.ucx_tls.empty()) out.emplace_back("NET_DEVICES", "lo");
+  return out;
+}
 
 std::string served_name(const ServeOptions& o, const engine::Engine& eng) {
   if (!o.model_name.empty()) return o.model_name;
@@ -189,6 +210,29 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   if (!serving.is_ok()) return fail(serving.status());
   engine::ServingEngine& engine = **serving;
 
+  const auto role = engine::pd_role_from_name(o.role);
+  if (!role) return fail(Status::invalid_argument("--role must be prefill, decode or both"));
+  std::unique_ptr<engine::PdCoordinator> pd;  // destroyed before the engine (it pins blocks)
+  if (*role != engine::PdRole::kBoth || o.kv_transfer_port >= 0) {
+    engine::PdConfig pd_config;
+    pd_config.role = *role;
+    pd_config.engine_id = config.instance_id;
+    pd_config.lease_s = o.kv_lease_s;
+    pd_config.transfer_timeout_s = o.kv_transfer_timeout_s;
+    pd_config.ucx.host = o.host;
+    pd_config.ucx.port = std::max(0, o.kv_transfer_port);
+    pd_config.ucx.ucx_options = ucx_options(o);
+    auto created = engine::PdCoordinator::create(engine, pd_config, clock, logger);
+    if (!created.is_ok()) return fail(created.status());
+    pd = std::move(created).value();
+    std::string tls;
+    for (const auto& [k, v] : pd_config.ucx.ucx_options) tls += " UCX_" + k + "=" + v;
+    logger.info(std::string("P/D: role ") + engine::pd_role_name(*role) + ", KV transfer (UCX) on " + o.host + ":" +
+                std::to_string(pd->transfer_port()) + (tls.empty() ? " (UCX settings from the environment)" : tls) +
+                ", lease " + std::to_string(o.kv_lease_s) + " s");
+  }
+  config.pd = pd.get();
+
   server::HttpServer http(engine, std::move(chat_template).value(), config, logger);
   auto port = http.bind();
   if (!port.is_ok()) return fail(port.status());
@@ -211,6 +255,7 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   engine.shutdown(drained);
   http.stop();
   listener.join();
+  pd.reset();  // ends the leases (drops their pins) before the engine goes
   if (publisher != nullptr) publisher->stop();  // sends what the last steps announced
   logger.info("pagoda serve: stopped");
   return 0;
@@ -249,6 +294,24 @@ void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit
                   "\"replay_endpoint\":\"tcp://*:5558\",\"topic\":\"\"} (also publisher, buffer_steps, hwm, "
                   "max_queue_size; Pagoda's \"encoding\": \"map\" | \"array\")");
   cmd->add_flag("--no-dashboard", options->no_dashboard, "do not serve the live dashboard at /dashboard");
+  cmd->add_option("--role", options->role,
+                  "P/D disaggregation: prefill (compute prompts, lend their KV), decode (pull the KV, generate) or both")
+      ->check(CLI::IsMember({"prefill", "decode", "both"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-transfer-port", options->kv_transfer_port,
+                  "UCX listener port of the KV transfer (0: any; default: any when --role is prefill or decode)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--kv-lease", options->kv_lease_s, "seconds a prefill worker holds lent KV blocks for the decode side")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--kv-transfer-timeout", options->kv_transfer_timeout_s,
+                  "seconds a decode worker waits for one KV pull before computing the prompt itself")
+      ->check(CLI::Range(0.001, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--ucx-tls", options->ucx_tls,
+                  "UCX transports of the KV transfer (UCX_TLS), e.g. tcp,self or sm,self (default: $UCX_TLS, else tcp,self)");
+  cmd->add_option("--ucx-net-devices", options->ucx_net_devices,
+                  "UCX_NET_DEVICES for tcp (default: $UCX_NET_DEVICES, else lo when no transport is given)");
   cmd->callback([options, &clock, &logger, &exit_code] { exit_code = serve(*options, clock, logger); });
 }
 

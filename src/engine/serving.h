@@ -35,6 +35,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -179,6 +180,11 @@ class ServingEngine {
   virtual void check_integrity() = 0;
   // The KV introspection API (engine/introspection.h); null when this engine has none.
   virtual KvIntrospector* introspector() { return nullptr; }
+  // Runs fn with the engine's block manager on the loop thread between two steps (directly
+  // when no loop runs) and waits for it: P/D disaggregation's leases and imports
+  // (engine/pd_coordinator.h). fn must not block; never call from an observer.
+  // Engines without a block manager of their own (test fakes) abort.
+  virtual void with_block_manager(const std::function<void(kvcache::BlockManager&)>& fn);
 };
 
 }  // namespace pagoda::engine

@@ -14,6 +14,10 @@ void Histogram::observe(double value) {
   ++count;
 }
 
+void ServingEngine::with_block_manager(const std::function<void(kvcache::BlockManager&)>&) {
+  CHECK(false) << "this ServingEngine has no block manager to lend";
+}
+
 namespace {
 
 SchedulerOptions scheduler_options(const Engine& engine, const ServingConfig& c) {

@@ -54,6 +54,9 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector {
   const model::Tokenizer& tokenizer() const override { return *tokenizer_; }
   void check_integrity() override;
   KvIntrospector* introspector() override { return this; }
+  void with_block_manager(const std::function<void(kvcache::BlockManager&)>& fn) override {
+    run_on_loop([&] { fn(engine_->block_manager()); });
+  }
   // KvIntrospector (serving_introspection.cpp), each run through run_on_loop.
   KvSnapshot snapshot(const SnapshotOptions& options) override;
   Result<RequestKv> request_kv(RequestId id) override;

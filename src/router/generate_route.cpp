@@ -62,6 +62,8 @@ void RouterServer::handle_generate(const httplib::Request& req, httplib::Respons
   const double poll = config_.poll_interval_s;
   std::vector<bool> tried(workers_.size(), false);
   Failure last;
+  const std::optional<std::string> decode_body =
+      config_.prefill_workers.empty() ? std::optional<std::string>() : prefill_remotely(req);
   for (int attempt = 0; attempt <= config_.max_retries; ++attempt) {
     int64_t overlap = 0;
     const int w = choose(rr, tried, overlap);
@@ -75,7 +77,9 @@ void RouterServer::handle_generate(const httplib::Request& req, httplib::Respons
     ticket.prefill_tokens = std::max<int64_t>(0, prompt_tokens - overlap * block_size);
     ticket.blocks = (prompt_tokens + std::max<int64_t>(0, rr.max_tokens) * rr.num_choices + block_size - 1) / block_size;
     worker.begin(ticket);
-    auto up = std::make_unique<Upstream>(upstream_request(req, worker));
+    UpstreamRequest upstream = upstream_request(req, worker);
+    if (decode_body) upstream.body = *decode_body;
+    auto up = std::make_unique<Upstream>(std::move(upstream));
     auto client_left = [&] {
       if (probe.alive()) return false;
       up->cancel();

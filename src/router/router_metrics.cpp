@@ -28,6 +28,9 @@ std::string RouterServer::metrics_text() const {
     http::prometheus_sample(out, name, static_cast<double>(v));
   };
   counter("pagoda_router_requests_total", "Generate requests received.", rc.requests);
+  counter("pagoda_router_pd_prefills_total", "P/D: prefills that lent their KV to a decode worker.", rc.pd_prefills);
+  counter("pagoda_router_pd_prefill_failures_total", "P/D: prefills that failed (the decode worker computed the prompt).",
+          rc.pd_prefill_failures);
   counter("pagoda_router_retries_total", "Attempts on another worker after one failed before anything was streamed.",
           rc.retries);
   counter("pagoda_router_unroutable_requests_total", "Requests no worker could take.", rc.unroutable);

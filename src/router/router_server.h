@@ -33,6 +33,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,6 +72,11 @@ struct RouterConfig {
   size_t max_body_bytes = 8u << 20;
   std::vector<std::string> api_keys;  // clients' keys the router itself checks (empty: none)
   bool dashboard = true;           // GET /dashboard
+  // P/D disaggregation (router/pd_prefill.cpp): each generate request runs first on a prefill
+  // worker (round-robin, max_tokens 1, kv_transfer_params {"do_remote_decode": true}), then on a
+  // decode worker (the workers above) with the prefill's kv_transfer_params. A prefill that
+  // fails sends the request to the decode worker unchanged (it computes the prompt itself).
+  std::vector<WorkerAddress> prefill_workers;
 };
 
 struct RouterCounters {
@@ -78,6 +84,8 @@ struct RouterCounters {
   int64_t retries = 0;             // attempts after a failed one
   int64_t unroutable = 0;          // answered by the router itself: no worker could take them
   int64_t broken_streams = 0;      // a worker failed after the stream had begun
+  int64_t pd_prefills = 0;         // P/D: prefills that lent their KV
+  int64_t pd_prefill_failures = 0; // P/D: prefills that failed (the decode worker computed)
 };
 
 class RouterServer {
@@ -110,6 +118,10 @@ class RouterServer {
   // The best worker for the request among those not tried; -1 when none is up.
   int choose(const RoutingRequest& request, const std::vector<bool>& tried, int64_t& overlap_blocks);
   UpstreamRequest upstream_request(const httplib::Request& req, const Worker& worker) const;
+  // P/D: the body for the decode worker (the request plus the prefill's kv_transfer_params),
+  // or nullopt when the prefill failed (then the request goes unchanged).
+  std::optional<std::string> prefill_remotely(const httplib::Request& req);
+  std::atomic<uint64_t> prefill_cursor_{0};
   void count(int64_t RouterCounters::*field);
   std::string workers_json() const;
   // router_dashboard.cpp: the key check (false: res holds the 401), /router/stats and /dashboard.

@@ -100,6 +100,7 @@ void HttpServer::routes() {
     handle_generate(req, res, true);
   });
   kv_events_routes(http);
+  pd_routes(http);
   register_kv_routes();
 }
 

@@ -45,6 +45,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/status.h"
+#include "engine/pd_coordinator.h"
 #include "engine/serving.h"
 #include "events/kv_event_publisher.h"
 #include "server/http/listener.h"
@@ -78,6 +79,7 @@ struct ServerConfig {
   events::KvEventPublisher* kv_events = nullptr;  // null: no KV events (the info route says so)
   std::string instance_id;                  // this process's id (a subscriber notices a restart)
   bool dashboard = true;                    // GET /dashboard (server/kv_routes.cpp); --no-dashboard
+  engine::PdCoordinator* pd = nullptr;      // P/D disaggregation (server/pd_routes.cpp); null: off
 };
 
 class HttpServer {
@@ -102,6 +104,18 @@ class HttpServer {
   };
   void routes();
   void kv_events_routes(httplib::Server& http);  // server/kv_events_routes.cpp
+  // P/D (server/pd_routes.cpp): GET /v1/pd/stats; a generate request's kv_transfer_params.
+  struct PdPlan {
+    bool lend = false;                      // prefill side: answer with kv_transfer_params
+    std::vector<int32_t> prompt;
+    std::string cache_salt;
+    std::string transfer_note;              // decode side: what the import did (a header)
+  };
+  void pd_routes(httplib::Server& http);
+  Status prepare_pd(const httplib::Request& req, const ApiRequest& api,
+                    const std::vector<engine::CompletionRequest>& requests, PdPlan& plan);
+  void lend_and_reply(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,
+                      std::shared_ptr<RequestStream> stream, std::vector<engine::RequestId> ids, const PdPlan& plan);
   // /v1/kv/stats, /v1/kv/requests/{id}, /v1/kv/explain and /dashboard (server/kv_routes.cpp).
   void register_kv_routes();
   void handle_explain(const httplib::Request& req, httplib::Response& res);
