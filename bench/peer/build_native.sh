@@ -56,7 +56,7 @@ fi
 if [[ ! -d "$SRC/.git" ]] || (( FORCE )); then
   rm -rf "$SRC"
   log "cloning $BUNDLE into $SRC"
-  git clone --quiet "$BUNDLE" "$SRC"
+  git -c advice.detachedHead=false clone --quiet "$BUNDLE" "$SRC"
 fi
 log "llama.cpp at $(git -C "$SRC" log -1 --format='%h %cs %s' | cut -c1-80)"
 
