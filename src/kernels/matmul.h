@@ -19,9 +19,10 @@
 //     to Q8_K (256-value blocks) and dotted per super-block. Memory-bandwidth bound on one token.
 //   - prefill (n_tokens >= kBlasMinTokens): each thread dequantizes a chunk of weight rows to
 //     f32 and calls single-threaded OpenBLAS sgemm on it (F32 weights go to sgemm directly).
-//     F16 and BF16 weights (n_in % 32 == 0) on a CPU with AMX-BF16 (Isa::kAvx512 only) run
-//     on AMX tiles instead, x and w split into bf16 hi + lo parts (kernels/matmul_amx.h: within
-//     about 2^-16 of sum |w||x|, what the sgemm path's test tolerance allows).
+//     Non-F32 weights (n_in % 32 == 0) on a CPU with AMX-BF16 (Isa::kAvx512 only) run on AMX
+//     tiles instead: the dequantized chunk and x split into bf16 hi + lo parts
+//     (kernels/matmul_amx.h: within about 2^-16 of sum |w||x| for F16/BF16 weights, 2^-15
+//     for quantized ones, inside the sgemm path's test tolerance of 1e-5).
 // Decode is compared against `matmul_decode_reference` (to float rounding), prefill against
 // `matmul_reference`, on every ISA, in tests/kernels/matmul_test.cpp.
 #pragma once
@@ -74,7 +75,7 @@ class Matmul {
   Isa isa() const { return isa_; }
   // Whether prefill against these weights runs on AMX tiles (see the paths above).
   bool uses_amx(const WeightView& w) const {
-    return amx_ && (w.dtype == DType::kF16 || w.dtype == DType::kBF16) && w.n_in % 32 == 0;
+    return amx_ && w.dtype != DType::kF32 && w.n_in % 32 == 0;
   }
   static constexpr int64_t kBlasMinTokens = 8;  // fewer tokens: decode path
   static constexpr int64_t kDecodeGroupTokens = kBlasMinTokens - 1;  // tokens per kernel pass

@@ -1,13 +1,15 @@
-// Internal to the kernels: prefill GEMM on AMX tiles (TDPBF16PS) for F16 and BF16 weights,
+// Internal to the kernels: prefill GEMM on AMX tiles (TDPBF16PS) for non-F32 weights,
 // used by Matmul::run_prefill when the CPU has AMX-BF16 and the kernel grants tile data
 // (arch_prctl ARCH_REQ_XCOMP_PERM, requested once per process by amx_usable()).
 //
 // Accuracy (split bf16): x = x_hi + x_lo with x_hi = bf16(x), x_lo = bf16(x - x_hi), so
 // |x - x_hi - x_lo| <= 2^-17 |x|; F16 weights split the same way exactly (an f16 has 11
-// significant bits: 8 in w_hi, the rest in w_lo), BF16 weights have w_lo = 0. The products
+// significant bits: 8 in w_hi, the rest in w_lo), BF16 weights have w_lo = 0; dequantized
+// quantized weights (up to 19 significant bits) split like x, within 2^-17. The products
 // w_hi x_hi + w_hi x_lo + w_lo x_hi (w_lo x_lo, at most 2^-18 |w x|, dropped) accumulate in
-// f32 in the tiles, so each output is within about 2^-16 * sum |w| |x| of the exact product
-// (tests/kernels/matmul_test.cpp: PrefillMatchesReference holds it to 1e-5 of that sum).
+// f32 in the tiles, so each output is within about 2^-16 (F16/BF16) or 2^-15 (quantized)
+// times sum |w| |x| of the exact product, plus f32 accumulation
+// (tests/kernels/matmul_test.cpp: PrefillMatchesReference holds every dtype to 1e-5 of that sum).
 //
 // Layouts (uint16 = bf16 bits):
 //   x split:   hi, lo [m_pad, n_in], m_pad = m rounded up to 32, padding rows zero
