@@ -4,12 +4,14 @@
 #
 #   bench/peer/side_by_side.sh [--rounds N] [--rows ROW,...] [--out DIR] [--threads T] [--force]
 #
-# Rows (default: all): pp512 tg128 pp1900 tg128d1900 batched16 tl_q8 tl_q4km curve
+# Rows (default: all): pp512 tg128 pp1900 tg128d1900 batched16 http16 tl_q8 tl_q4km curve
 #   pp512, tg128     llama-110m f16: llama-bench -p 512 / -n 128   vs pagoda bench -p 512 / -n 128
 #   pp1900           prefill of a 1,900-token prompt
 #   tg128d1900       128 decode steps after 1,900 cached tokens (llama-bench -d 1900, pagoda bench --depth 1900)
 #   batched16        16 sequences x (64 prompt + 64 generated), in process: llama-batched-bench
 #                    -npp 64 -ntg 64 -npl 16 vs build/bin/serving_bench (total seconds)
+#   http16           the same workload over HTTP: pagoda bench-serve --concurrency 16 --num-requests 48
+#                    --prompt-len 64 --output-len 64 against `pagoda serve` and `llama-server -np 16`
 #   tl_q8, tl_q4km   tinyllama-1.1b q8_0 / q4_k_m: pp256 and tg64
 #   curve            decode t/s (tg32) at depths 0, 256, 512, 1024, 1536, 2000 (llama-110m f16)
 # Each round runs every row once, Pagoda then llama.cpp (one rep each, after each tool's own
@@ -28,7 +30,7 @@ MODEL_DIR="${MODEL_DIR:-/work/models}"
 PAGODA_KV="${PAGODA_KV:-f16}"
 ROUNDS=3
 THREADS=2
-ROWS="pp512,tg128,pp1900,tg128d1900,batched16,tl_q8,tl_q4km,curve"
+ROWS="pp512,tg128,pp1900,tg128d1900,batched16,http16,tl_q8,tl_q4km,curve"
 OUT=""
 FORCE=0
 die() { echo "side_by_side: $*" >&2; exit 1; }
@@ -49,7 +51,7 @@ PAGODA="$BUILD_DIR/bin/pagoda"
 for b in "$PAGODA" "$BUILD_DIR/bin/serving_bench" "$BUILD_DIR/bin/membw_bench" "$BUILD_DIR/bin/peak_flops_bench"; do
   [[ -x "$b" ]] || die "$b not found: make build first"
 done
-for b in llama-bench llama-batched-bench; do
+for b in llama-bench llama-batched-bench llama-server; do
   [[ -x "$PEER_BIN/$b" ]] || die "$PEER_BIN/$b not found: run bench/peer/build_native.sh first"
 done
 if (( ! FORCE )) && pgrep -x 'cc1|cc1plus|ld|ninja|make|cmake' >/dev/null; then
@@ -84,6 +86,31 @@ if has_row tl_q4km; then TLQ4="$(model tinyllama-1.1b q4_k_m)"; fi
 pg() { "$PAGODA" bench --threads "$THREADS" --kv-dtype "$PAGODA_KV" -r 1 --json --quiet "$@"; }
 lb() { "$PEER_BIN/llama-bench" -t "$THREADS" -mmp 0 -r 1 -o json "$@" 2>/dev/null; }
 
+PORT="${PORT:-18383}"
+SERVER_PID=""
+stop_server() {
+  [[ -n "$SERVER_PID" ]] || return 0
+  kill "$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=""
+  for _ in $(seq 1 120); do ss -Hltn "sport = :$PORT" 2>/dev/null | grep -q . || break; sleep 0.5; done
+}
+trap stop_server EXIT
+serve_bench() {  # serve_bench OUTFILE CMD...: start a server, wait for /health, warm up, bench-serve, stop
+  local o="$1"; shift
+  "$@" >"$o.server.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
+    kill -0 "$SERVER_PID" 2>/dev/null || die "server exited; see $o.server.log"
+    sleep 0.5
+  done
+  "$PAGODA" bench-serve --url "http://127.0.0.1:$PORT" --num-requests 2 --prompt-len 8 --output-len 4 --json >/dev/null 2>&1 || true
+  "$PAGODA" bench-serve --url "http://127.0.0.1:$PORT" --seed 1 --json --workload random --concurrency 16 \
+    --num-requests 48 --prompt-len 64 --output-len 64 >"$o" 2>"$o.log" || log "bench-serve failed: $o.log"
+  stop_server
+}
+
 run_row() {  # row round
   local row="$1" r="$2" o="$OUT/$1.r$2"
   case "$row" in
@@ -97,6 +124,10 @@ run_row() {  # row round
       "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" > "$o.pagoda.txt"
       "$PEER_BIN/llama-batched-bench" -m "$M110" -t "$THREADS" --no-mmap -c 4096 -b 2048 -ub 512 \
         -npp 64 -ntg 64 -npl 16 --output-format jsonl 2>/dev/null > "$o.llama.jsonl" ;;
+    http16)
+      serve_bench "$o.pagoda.json" "$PAGODA" serve -m "$M110" --port "$PORT" --threads "$THREADS" --kv-dtype "$PAGODA_KV" --http-threads 256
+      serve_bench "$o.llama.json" "$PEER_BIN/llama-server" -m "$M110" --host 127.0.0.1 --port "$PORT" -t "$THREADS" \
+        --no-mmap -np 16 -c 8192 ;;
     tl_q8|tl_q4km)
       local f="$TLQ8"; [[ "$row" == tl_q4km ]] && f="$TLQ4"
       pg -m "$f" -p 256 -n 64 > "$o.pagoda.json"; lb -m "$f" -p 256 -n 64 > "$o.llama.json" ;;

@@ -200,6 +200,14 @@ def main():
         rs = f"{roof_s:.2f} s" if roof_s else "—"
         print(f"| llama-110m f16, 16 sequences × (64 prompt + 64 generated), in process | {l:.2f} s (`llama-batched-bench`) "
               f"| {p:.2f} s (`serving_bench`) | **{l / p:.2f}×** | {rs} | {pct} |")
+    tps = lambda f: load(f)["summary"]["output_tokens_per_s"]
+    itl = lambda f: load(f)["summary"]["itl_ms"]["p99"]
+    p, l, _ = collect(out, "http16", tps, tps)
+    pi, li, _ = collect(out, "http16", itl, itl)
+    if p and l:
+        print(f"| same file over HTTP, `bench-serve --concurrency 16 --num-requests 48 --prompt-len 64 --output-len 64` "
+              f"| `llama-server -np 16`: {l:.1f} output tok/s, ITL p99 {li:.0f} ms | {p:.1f} tok/s, ITL p99 {pi:.0f} ms "
+              f"| **{p / l:.2f}×**, ITL p99 {pi / li:.2f}× of llama.cpp's | — | — |")
     for key, row, label in (("q8", "tl_q8", "tinyllama-1.1b q8_0"), ("q4", "tl_q4km", "tinyllama-1.1b q4_k_m")):
         pp = collect(out, row, get_pp, lambda f: [r for r in load(f) if r["n_prompt"] > 0][0]["avg_ts"])
         tg = collect(out, row, get_tg, lambda f: [r for r in load(f) if r["n_gen"] > 0][0]["avg_ts"])
