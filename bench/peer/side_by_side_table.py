@@ -118,9 +118,10 @@ def med(xs):
 
 def collect(out, row, fn_pagoda, fn_llama, suffix=""):
     p, l = [], []
-    for f in sorted(glob.glob(os.path.join(out, f"{row}.r*{suffix}.pagoda.*"))):
+    data = lambda f: f.endswith((".json", ".jsonl", ".txt"))
+    for f in sorted(filter(data, glob.glob(os.path.join(out, f"{row}.r*{suffix}.pagoda.*")))):
         p.append(fn_pagoda(f))
-    for f in sorted(glob.glob(os.path.join(out, f"{row}.r*{suffix}.llama.*"))):
+    for f in sorted(filter(data, glob.glob(os.path.join(out, f"{row}.r*{suffix}.llama.*")))):
         l.append(fn_llama(f))
     return med(p), med(l), len(p)
 
