@@ -1,6 +1,8 @@
 // Tiled AVX-512 paged attention (kernels/attention_tiled.h): tiles of query lanes, 16-position
 // chunks of K/V decoded once per tile, online softmax with a vectorized exp, split-K parts
 // merged at the end when tiles are fewer than threads.
+// GCC 12's own AVX-512 headers trip -Wmaybe-uninitialized (their _mm512_undefined_ps) when inlined here.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
