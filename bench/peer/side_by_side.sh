@@ -13,7 +13,7 @@
 #   http16           the same workload over HTTP: pagoda bench-serve --concurrency 16 --num-requests 48
 #                    --prompt-len 64 --output-len 64 against `pagoda serve` and `llama-server -np 16`
 #   tl_q8, tl_q4km   tinyllama-1.1b q8_0 / q4_k_m: pp256 and tg64
-#   curve            decode t/s (tg32) at depths 0, 256, 512, 1024, 1536, 2000 (llama-110m f16)
+#   curve            decode t/s (tg32) at depths 0, 256, 512, 1024, 1536, 2000 (llama-110m f16), first round only
 # Each round runs every row once, Pagoda then llama.cpp (one rep each, after each tool's own
 # warm-up); a row's number is the median over rounds. Both use `--threads T` (default 2),
 # llama.cpp with -mmp 0 (no mmap) and its default F16 KV cache; Pagoda with --kv-dtype f16
@@ -86,7 +86,8 @@ if has_row tl_q4km; then TLQ4="$(model tinyllama-1.1b q4_k_m)"; fi
 pg() { "$PAGODA" bench --threads "$THREADS" --kv-dtype "$PAGODA_KV" -r 1 --json --quiet "$@"; }
 lb() { "$PEER_BIN/llama-bench" -t "$THREADS" -mmp 0 -r 1 -o json "$@" 2>/dev/null; }
 
-PORT="${PORT:-18383}"
+BASE_PORT="${PORT:-18383}"
+PORT="$BASE_PORT"
 SERVER_PID=""
 stop_server() {
   [[ -n "$SERVER_PID" ]] || return 0
@@ -96,13 +97,13 @@ stop_server() {
   for _ in $(seq 1 120); do ss -Hltn "sport = :$PORT" 2>/dev/null | grep -q . || break; sleep 0.5; done
 }
 trap stop_server EXIT
-serve_bench() {  # serve_bench OUTFILE CMD...: start a server, wait for /health, warm up, bench-serve, stop
+serve_bench() {  # serve_bench OUTFILE CMD...: start a server on $PORT, wait for /health, warm up, bench-serve, stop
   local o="$1"; shift
   "$@" >"$o.server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 600); do
     curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-    kill -0 "$SERVER_PID" 2>/dev/null || die "server exited; see $o.server.log"
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then log "server exited; see $o.server.log"; SERVER_PID=""; return 0; fi
     sleep 0.5
   done
   "$PAGODA" bench-serve --url "http://127.0.0.1:$PORT" --num-requests 2 --prompt-len 8 --output-len 4 --json >/dev/null 2>&1 || true
@@ -121,17 +122,20 @@ run_row() {  # row round
       pg -m "$M110" -p 0 -n 128 --depth 1900 > "$o.pagoda.json"
       lb -m "$M110" -p 0 -n 128 -d 1900 > "$o.llama.json" ;;
     batched16)
-      "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" > "$o.pagoda.txt"
+      "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" 512 0 > "$o.pagoda.txt"
       "$PEER_BIN/llama-batched-bench" -m "$M110" -t "$THREADS" --no-mmap -c 4096 -b 2048 -ub 512 \
         -npp 64 -ntg 64 -npl 16 --output-format jsonl 2>/dev/null > "$o.llama.jsonl" ;;
-    http16)
+    http16)  # a fresh port per server: the previous one's connections linger in TIME_WAIT
+      PORT=$(( BASE_PORT + 2 * r ))
       serve_bench "$o.pagoda.json" "$PAGODA" serve -m "$M110" --port "$PORT" --threads "$THREADS" --kv-dtype "$PAGODA_KV" --http-threads 256
+      PORT=$(( BASE_PORT + 2 * r + 1 ))
       serve_bench "$o.llama.json" "$PEER_BIN/llama-server" -m "$M110" --host 127.0.0.1 --port "$PORT" -t "$THREADS" \
         --no-mmap -np 16 -c 8192 ;;
     tl_q8|tl_q4km)
       local f="$TLQ8"; [[ "$row" == tl_q4km ]] && f="$TLQ4"
       pg -m "$f" -p 256 -n 64 > "$o.pagoda.json"; lb -m "$f" -p 256 -n 64 > "$o.llama.json" ;;
-    curve)
+    curve)  # first round only: one run per depth and engine
+      (( r == 1 )) || return 0
       for d in 0 256 512 1024 1536 2000; do
         pg -m "$M110" -p 0 -n 32 --depth "$d" > "$o.d$d.pagoda.json"
         lb -m "$M110" -p 0 -n 32 -d "$d" > "$o.d$d.llama.json"
