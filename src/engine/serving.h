@@ -48,6 +48,7 @@ struct ServingConfig {
   int64_t max_num_batched_tokens = 512;  // tokens per step (prefill chunks + decodes)
   int64_t max_waiting = 256;             // queued requests beyond which submit() is refused
   double kv_watermark = 0.01;            // fraction of blocks kept free at admission
+  double max_pinned_share = 0.5;         // of the pool's blocks that pins may hold (engine/pinning.h)
 };
 
 struct CompletionRequest {
@@ -108,6 +109,7 @@ class RequestObserver {
 
 using RequestId = int64_t;
 class KvIntrospector;  // engine/introspection.h
+class CachePinner;     // engine/pinning.h
 
 // Prometheus-ready numbers (the server renders them). Base units: seconds, tokens, blocks.
 struct Histogram {
@@ -135,6 +137,8 @@ struct ServingMetrics {
   // preempted) and submitted ones not yet seen by the loop.
   int64_t running = 0, waiting = 0;
   int64_t kv_blocks_total = 0, kv_blocks_in_use = 0, kv_blocks_cached = 0, kv_blocks_free = 0;
+  // Pins (engine/pinning.h): live pins, the distinct blocks they hold, pins dropped by their ttl.
+  int64_t pins = 0, kv_blocks_pinned = 0, pins_expired = 0;
   // Latencies in seconds.
   Histogram ttft, inter_token, e2e, queue;  // inter_token: per choice, between its tokens
 };
@@ -173,6 +177,8 @@ class ServingEngine {
   virtual void check_integrity() = 0;
   // The KV introspection API (engine/introspection.h); null when this engine has none.
   virtual KvIntrospector* introspector() { return nullptr; }
+  // Pinning prompt prefixes (engine/pinning.h); null when this engine cannot.
+  virtual CachePinner* pinner() { return nullptr; }
 };
 
 }  // namespace pagoda::engine
