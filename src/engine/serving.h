@@ -11,7 +11,9 @@
 // other sequences' decodes -> decoding -> finished. Under KV pressure the lowest-priority,
 // latest-arrived running request is preempted (its blocks freed, recomputed later from prompt +
 // tokens so far; the client sees nothing but a delay and identical output). Every request gets
-// exactly one on_finish, last.
+// exactly one on_finish, last. Pinned prefixes (engine/pinning.h, pinner()) take their blocks
+// out of what requests may use: submit clips to the unpinned pool, and a waiting request that
+// pins taken after its submit leave no room for even alone ends with kTooLarge.
 //
 // Per step: at most max_num_seqs sequences and max_num_batched_tokens tokens, one forward pass
 // over all of them (a ragged batch, attention through each sequence's block table). Decodes

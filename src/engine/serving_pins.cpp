@@ -1,6 +1,7 @@
 // ServingEngine's CachePinner (engine/pinning.h): a pin is a request whose prompt is computed
 // like a completion's and, instead of sampling, has its full blocks pinned (kvcache/cache_pins.h)
 // on the loop thread in the step that wrote its KV, before its sequence lets go of them.
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 
@@ -38,7 +39,7 @@ class PinRequestObserver final : public RequestObserver {
   Job job_;
 };
 
-int64_t ttl_ns_of(double ttl_s) { return static_cast<int64_t>(ttl_s * 1e9); }
+int64_t ttl_ns_of(double ttl_s) { return static_cast<int64_t>(std::llround(ttl_s * 1e9)); }
 
 }  // namespace
 
@@ -89,9 +90,9 @@ PinInfo ServingEngineImpl::pin_info(const kvcache::CachePin& p, int64_t now) con
   info.client_salt = p.client_salt;
   info.owner = p.owner;
   info.label = p.label;
-  info.ttl_s = static_cast<double>(p.ttl_ns) * 1e-9;
-  info.age_s = static_cast<double>(now - p.created_ns) * 1e-9;
-  info.expires_in_s = p.ttl_ns > 0 ? static_cast<double>(p.expires_ns() - now) * 1e-9 : -1;
+  info.ttl_s = static_cast<double>(p.ttl_ns) / 1e9;  // division: 30 s reads back as 30, not 30.000000000000004
+  info.age_s = static_cast<double>(now - p.created_ns) / 1e9;
+  info.expires_in_s = p.ttl_ns > 0 ? static_cast<double>(p.expires_ns() - now) / 1e9 : -1;
   if (!info.blocks.empty()) info.last_block_hash = bm.index().hash(info.blocks.back());
   return info;
 }

@@ -85,9 +85,8 @@ TEST_F(PinServerTest, PinnedPrefixHitsThroughAFloodUntilUnpinned) {
   const json stats = get_json("/v1/kv/stats");
   EXPECT_EQ(stats["pool"]["pins"], 1);
   EXPECT_EQ(stats["pool"]["pinned"], pin["num_blocks"]);  // cached and pinned: 'p' in the block map
-  EXPECT_EQ(std::count(stats["pool"]["block_map"].get<std::string>().begin(),
-                       stats["pool"]["block_map"].get<std::string>().end(), 'p'),
-            pin["num_blocks"].get<int64_t>());
+  const std::string block_map = stats["pool"]["block_map"].get<std::string>();
+  EXPECT_EQ(std::count(block_map.begin(), block_map.end(), 'p'), pin["num_blocks"].get<int64_t>());
 
   flood(num_blocks, bs, 3);
   EXPECT_GT(metric("pagoda_kv_evicted_blocks_total"), static_cast<double>(num_blocks));
