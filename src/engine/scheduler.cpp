@@ -9,6 +9,7 @@ void StepPlan::clear() {
   scheduled.clear();
   preempted.clear();
   admitted.clear();
+  refused.clear();
   num_tokens = 0;
   prefix_queried_tokens = prefix_hit_tokens = 0;
 }
@@ -195,7 +196,10 @@ const StepPlan& Scheduler::schedule() {
   while (!waiting_.empty() && token_budget > 0) {
     SchedSequence& w = *waiting_.front();
     if (running_slots_ + w.slots > options_.max_num_seqs) break;
-    if (!try_admit(w, token_budget, reserved)) break;
+    if (!try_admit(w, token_budget, reserved)) {
+      if (running_.empty()) plan_.refused.push_back(&w);  // the whole pool is not enough for it
+      break;
+    }
   }
   return plan_;
 }

@@ -25,7 +25,10 @@
 //   2. Only if nobody was preempted: waiting sequences in order are admitted while their slots
 //      fit under max_num_seqs, a token of budget is left and their blocks fit after
 //      prefix-cache matching, keeping `watermark_blocks` free (not when nothing else runs).
-//      The first that does not fit stops admission (no overtaking by lower priority).
+//      The first that does not fit stops admission (no overtaking by lower priority). If it
+//      does not fit while nothing runs, it never will (pinned blocks, engine/pinning.h, took
+//      the room it was clipped to): it goes to `refused`, stays waiting until its owner removes
+//      it, and admission stops for this step (nothing is scheduled then).
 // Windowed KV (SchedulerOptions::windows; the engine's StreamingLLM or a sliding-window model
 // that frees its old blocks): sequences are added uncacheable (no prefix-cache lookup, no
 // registration) and are never forked (the owner adds n independent sequences instead). A
@@ -100,6 +103,7 @@ struct StepPlan {
   std::vector<ScheduledSeq> scheduled;     // in order; at most max_num_seqs
   std::vector<SchedSequence*> preempted;   // this step's victims (now waiting)
   std::vector<SchedSequence*> admitted;    // admitted this step (also in scheduled)
+  std::vector<SchedSequence*> refused;     // can never fit beside the pinned blocks: owner removes
   int64_t num_tokens = 0;
   // Prefix-cache lookups of this step's admissions.
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;

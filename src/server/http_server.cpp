@@ -102,6 +102,7 @@ void HttpServer::routes() {
   kv_events_routes(http);
   pd_routes(http);
   register_kv_routes();
+  register_pin_routes();
 }
 
 uint64_t HttpServer::draw_seed() {
