@@ -14,6 +14,7 @@ packages=(
   libzmq3-dev libmsgpack-cxx-dev  # KV events: ZeroMQ PUB/ROUTER/SUB, msgpack in vLLM's layout
   libhiredis-dev liblz4-dev libzstd-dev   # the Redis tier's client and its record compression
   redis-server redis-tools     # the Redis tier's tests start their own servers and clusters
+  libucx-dev ucx-utils         # P/D disaggregation: KV blocks over UCX; ucx_perftest for the benchmark
   prometheus   # promtool validates /metrics; a live Prometheus scrapes the server in a test
   curl         # the serve test runs the curl line `pagoda serve` prints
   chromium fonts-dejavu-core   # the dashboard test drives headless Chromium (puppeteer-core)

@@ -187,6 +187,13 @@ class Engine {
   const Clock& clock() const { return *clock_; }
   // Sequences drop or release blocks (StreamingLLM, sliding-window models).
   bool windowed() const { return windowed_seqs(); }
+  // For a scheduler of windowed sequences (SchedulerOptions::Windows): StreamingLLM's sinks and
+  // window in tokens (0: not streaming), the most KV tokens one sequence holds at once (0: no
+  // bound but its length) and the most rows of one prefill chunk.
+  int64_t stream_sinks() const { return kv_sinks_; }
+  int64_t stream_window() const { return kv_window_; }
+  int64_t kv_token_cap() const { return windowed_seqs() ? kv_tokens_needed(int64_t{1} << 40) : 0; }
+  int64_t max_prefill_chunk() const { return prefill_chunk(); }
   int num_threads() const { return pool_threads_->num_threads(); }
 
  private:

@@ -100,7 +100,9 @@ void HttpServer::routes() {
     handle_generate(req, res, true);
   });
   kv_events_routes(http);
+  pd_routes(http);
   register_kv_routes();
+  register_pin_routes();
 }
 
 uint64_t HttpServer::draw_seed() {

@@ -5,6 +5,7 @@
 
 #include <sys/wait.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -42,6 +43,17 @@ inline ScriptRun run_node(const std::string& script, const std::string& args) {
   run.last_line = trimmed.substr(trimmed.rfind('\n') == std::string::npos ? 0 : trimmed.rfind('\n') + 1);
   return run;
 }
+
+// The steady clock, plus an offset a test can jump forward (pin expiry) from any thread.
+class AdvanceableClock final : public Clock {
+ public:
+  int64_t now_ns() const override { return steady_.now_ns() + offset_ns_.load(); }
+  void advance_ns(int64_t ns) { offset_ns_ += ns; }
+
+ private:
+  SteadyClock steady_;
+  std::atomic<int64_t> offset_ns_{0};
+};
 
 class RealServerTest : public ::testing::Test {
  protected:
@@ -131,7 +143,7 @@ class RealServerTest : public ::testing::Test {
     return client_->Post(path.c_str(), body.dump(), "application/json");
   }
 
-  SteadyClock clock_;
+  AdvanceableClock clock_;
   Logger logger_{LogLevel::kWarn, stderr};
   std::shared_ptr<const model::Tokenizer> tokenizer_;
   bool kv_events_ = false;  // set before SetUp: publish KV events (the publisher outlives the engine)
