@@ -2,6 +2,7 @@
 #include "model/tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -434,7 +435,8 @@ TEST(TokenizerBpe, LargeTextRoundTrips) {
 // ---- hostile input ----
 
 std::string write_temp(const std::string& name, const std::string& bytes) {
-  const std::string path = ::testing::TempDir() + "/pagoda_tokenizer_test_" + name;
+  // Per process: several checkouts' test runs share /tmp (a shared name made this test flaky).
+  const std::string path = ::testing::TempDir() + "/pagoda_tokenizer_test_" + std::to_string(::getpid()) + "_" + name;
   std::ofstream(path, std::ios::binary) << bytes;
   return path;
 }
