@@ -109,6 +109,7 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector {
   void end_choice(Request& r, Choice& c, FinishReason reason);
   void finish_request(Request& r, const Status& status);  // delivers; erases r
   void deliver(Request& r);
+  void set_cached_usage(Request& r, const SchedSequence& s);  // cached_tokens (+ per tier)
   void fork_choices(Request& r);
   void publish_metrics();
   void run_integrity_checks();  // on the loop thread, between steps
