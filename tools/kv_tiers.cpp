@@ -27,8 +27,12 @@ void add_tier_options(CLI::App& app, EngineOptions& o) {
 
 Status attach_kv_tiers(const EngineOptions& o, engine::Engine& eng, const Clock& clock, const Logger& logger) {
   int64_t host_bytes = 0, disk_bytes = 0;
-  if (!o.kv_host_mem.empty()) PAGODA_ASSIGN_OR_RETURN(host_bytes, kvcache::parse_bytes(o.kv_host_mem));
-  if (!o.kv_disk_mem.empty()) PAGODA_ASSIGN_OR_RETURN(disk_bytes, kvcache::parse_bytes(o.kv_disk_mem));
+  if (!o.kv_host_mem.empty()) {
+    PAGODA_ASSIGN_OR_RETURN(host_bytes, kvcache::parse_bytes(o.kv_host_mem));
+  }
+  if (!o.kv_disk_mem.empty()) {
+    PAGODA_ASSIGN_OR_RETURN(disk_bytes, kvcache::parse_bytes(o.kv_disk_mem));
+  }
   if (host_bytes < 0) return Status::invalid_argument("--kv-host-mem must be >= 0");
   if (!o.kv_disk_dir.empty() && disk_bytes <= 0) {
     return Status::invalid_argument("--kv-disk-dir needs --kv-disk-mem (the space the SSD tier may take), e.g. 20G");

@@ -30,7 +30,9 @@ LoadCostModel::TierEstimate& LoadCostModel::at(int tier) {
 
 double LoadCostModel::bandwidth(int tier, std::string_view medium) const {
   const size_t t = static_cast<size_t>(tier);
-  if (t < tiers_.size() && tiers_[t].bandwidth > 0) return tiers_[t].bandwidth;
+  // A get's latency runs until the step loop polls it, so a long forward pass inflates it: the
+  // estimate never falls below an eighth of the medium's prior.
+  if (t < tiers_.size() && tiers_[t].bandwidth > 0) return std::max(tiers_[t].bandwidth, prior_bandwidth(medium) / 8);
   return prior_bandwidth(medium);
 }
 

@@ -9,7 +9,9 @@
 // tier's bandwidth (bytes / get latency, an exponentially weighted mean), each prefill step the
 // prefill speed (tokens / forward-pass seconds). Until a tier has been measured it uses the
 // prior of its medium (host 8 GB/s, disk 1 GB/s, anything else 100 MB/s, plus 50 us / 1 ms /
-// 5 ms latency); until a prefill has been measured, 2,000 tokens/s. Decisions are counted.
+// 5 ms latency); until a prefill has been measured, 2,000 tokens/s. A measured get lasts until
+// the step loop polls it, so a measured bandwidth is never taken below 1/8 of the medium's
+// prior. Decisions are counted.
 //
 // Not thread-safe: the scheduler's thread owns it.
 #pragma once

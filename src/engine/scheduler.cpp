@@ -25,7 +25,7 @@ Scheduler::Scheduler(kvcache::BlockManager& blocks, const SchedulerOptions& opti
   plan_.loaded.reserve(options_.max_num_seqs);
   if (options_.tiers != nullptr) {
     for (int t = 0; t < options_.tiers->num_tiers(); ++t) media_.push_back(options_.tiers->tier(t).medium());
-    CHECK_LE(options_.tiers->num_tiers(), kMaxTiers);
+    CHECK_LE(options_.tiers->num_tiers(), kvcache::kMaxTiers);
   }
 }
 

@@ -215,7 +215,7 @@ void ServingEngineImpl::check_integrity() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!started_ || !loop_.joinable() || std::this_thread::get_id() == loop_.get_id()) {
     lock.unlock();
-    engine_->block_manager().check_integrity();
+    check_kv_integrity();
     return;
   }
   // Between two steps of the loop thread.
@@ -224,8 +224,13 @@ void ServingEngineImpl::check_integrity() {
   integrity_checked_.wait(lock, [&] { return integrity_done_ >= epoch || !loop_running_; });
   if (integrity_done_ < epoch) {  // the loop ended meanwhile
     lock.unlock();
-    engine_->block_manager().check_integrity();
+    check_kv_integrity();
   }
+}
+
+void ServingEngineImpl::check_kv_integrity() {
+  engine_->block_manager().check_integrity();
+  if (const kvcache::TierStack* tiers = engine_->tiers()) tiers->check_integrity();
 }
 
 void ServingEngineImpl::run_integrity_checks() {
@@ -235,7 +240,7 @@ void ServingEngineImpl::run_integrity_checks() {
     requested = integrity_requests_;
     if (requested == integrity_done_) return;
   }
-  engine_->block_manager().check_integrity();
+  check_kv_integrity();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     integrity_done_ = requested;

@@ -219,10 +219,28 @@ TEST_F(ServingTiers, ALoadingSequenceWaitsForItsBlocksAndCanBeAborted) {
   kvcache::testing::FakeTier* f = fake.get();
   tiers.push_back(std::move(fake));
   auto se = make(8, std::move(tiers));
+  // Every lookup and get of the fake tier completes only when the test says so.
+  auto run_fake = [&](const std::vector<int32_t>& prompt, int64_t max_tokens) {
+    auto rec = std::make_shared<Recorder>();
+    EXPECT_TRUE(se->submit(completion(prompt, max_tokens), rec).is_ok());
+    for (int i = 0; i < 10000 && !rec->finished(); ++i) {
+      f->complete_all();
+      se->step();
+    }
+    EXPECT_TRUE(rec->finished());
+    return rec;
+  };
   const std::vector<int32_t> p = story();
-  run(*se, p);
-  churn(*se);
-  f->complete_all();  // the puts
+  run_fake(p, 6);
+  for (int k = 0; k < 3; ++k) {  // churn: the story's blocks go down into the fake tier
+    std::vector<int32_t> t{s_->tokenizer->bos_id()};
+    for (int i = 0; i < 100; ++i) t.push_back(3 + (i * 7 + k * 101) % 400);
+    run_fake(t, 2);
+  }
+  for (int i = 0; i < 3; ++i) {
+    f->complete_all();
+    se->step();
+  }
   // The probe's lookup waits in the fake tier: the request is not admitted yet.
   auto rec = std::make_shared<Recorder>();
   ASSERT_TRUE(se->submit(completion(p, 6), rec).is_ok());
@@ -236,18 +254,25 @@ TEST_F(ServingTiers, ALoadingSequenceWaitsForItsBlocksAndCanBeAborted) {
     se->check_integrity();
   }
   EXPECT_TRUE(rec->choice(0).tokens.empty()) << "no token before its blocks are in";
-  f->complete_all();  // the gets
-  testing::run_to_end(*se);
+  for (int i = 0; i < 10000 && !rec->finished(); ++i) {
+    f->complete_all();  // the gets
+    se->step();
+  }
+  ASSERT_TRUE(rec->finished());
   EXPECT_EQ(rec->choice(0).tokens, reference(p));
   EXPECT_GT(cached_from(*rec, "fake"), 0);
   // Aborted mid-load: the blocks are freed once the get has completed, never before.
-  churn(*se);
-  f->complete_all();
+  for (int k = 3; k < 6; ++k) {
+    std::vector<int32_t> t{s_->tokenizer->bos_id()};
+    for (int i = 0; i < 100; ++i) t.push_back(3 + (i * 7 + k * 101) % 400);
+    run_fake(t, 2);
+  }
   auto aborted = std::make_shared<Recorder>();
   const engine::RequestId id = se->submit(completion(p, 6), aborted).value();
   se->step();
   f->complete_all();
   se->step();  // loading now
+  EXPECT_EQ(se->metrics().running, 1);
   se->abort(id);
   se->step();
   EXPECT_TRUE(aborted->finished());

@@ -34,6 +34,11 @@ class HostTierTest : public ::testing::Test {
     EXPECT_TRUE(again.empty());
     return out.at(0);
   }
+  // Puts one block (the TierPut's spans point into `b`, which outlives the call).
+  TierCompletion put_one(HostTier& tier, const TestBlock& b, int32_t priority = 0) {
+    const std::vector<TierPut> puts{TierPut{b.meta, b.tokens, b.segs, priority}};
+    return done(tier, tier.put(puts));
+  }
   int64_t held(HostTier& tier, const std::vector<TestBlock>& chain) {
     const std::vector<BlockHash> h = hashes_of(chain);
     return done(tier, tier.lookup(h)).num_ok;
@@ -87,10 +92,7 @@ TEST_F(HostTierTest, EvictsLeastRecentlyUsedIntoTheCallback) {
     demoted_tokens.emplace_back(r.tokens.begin(), r.tokens.end());
   });
   const auto chain = make_chain(small_layout(), 5, 3);
-  for (const TestBlock& b : chain) {
-    const auto puts = puts_of({b});
-    done(*tier, tier->put(puts));
-  }
+  for (const TestBlock& b : chain) put_one(*tier, b);
   ASSERT_EQ(demoted.size(), 2u);
   EXPECT_EQ(demoted[0], chain[0].meta.block_hash);
   EXPECT_EQ(demoted[1], chain[1].meta.block_hash);
@@ -103,8 +105,7 @@ TEST_F(HostTierTest, EvictsLeastRecentlyUsedIntoTheCallback) {
   const auto gets = gets_of(third, dests);
   EXPECT_EQ(done(*tier, tier->get(gets)).num_ok, 1);
   const auto more = make_chain(small_layout(), 1, 4);
-  const auto puts = puts_of(more);
-  done(*tier, tier->put(puts));
+  put_one(*tier, more[0]);
   ASSERT_EQ(demoted.size(), 3u);
   EXPECT_EQ(demoted[2], chain[3].meta.block_hash);
 }
@@ -112,12 +113,9 @@ TEST_F(HostTierTest, EvictsLeastRecentlyUsedIntoTheCallback) {
 TEST_F(HostTierTest, HigherPriorityIsKeptLonger) {
   auto tier = make(2);
   const auto chain = make_chain(small_layout(), 3, 5);
-  const auto high = puts_of({chain[0]}, /*priority=*/5);
-  done(*tier, tier->put(high));
-  const auto low = puts_of({chain[1]}, 0);
-  done(*tier, tier->put(low));
-  const auto next = puts_of({chain[2]}, 0);
-  done(*tier, tier->put(next));
+  put_one(*tier, chain[0], /*priority=*/5);
+  put_one(*tier, chain[1]);
+  put_one(*tier, chain[2]);
   EXPECT_EQ(held(*tier, {chain[0]}), 1) << "the high-priority block survives";
   EXPECT_EQ(held(*tier, {chain[1]}), 0);
 }
@@ -125,14 +123,11 @@ TEST_F(HostTierTest, HigherPriorityIsKeptLonger) {
 TEST_F(HostTierTest, PutOfAHeldBlockRefreshesIt) {
   auto tier = make(2);
   const auto chain = make_chain(small_layout(), 3, 6);
-  const auto a = puts_of({chain[0]});
-  const auto b = puts_of({chain[1]});
-  done(*tier, tier->put(a));
-  done(*tier, tier->put(b));
-  done(*tier, tier->put(a));  // refresh: a is now the most recent
+  put_one(*tier, chain[0]);
+  put_one(*tier, chain[1]);
+  put_one(*tier, chain[0]);  // refresh: chain[0] is now the most recent
   EXPECT_EQ(tier->stats().used_blocks, 2);
-  const auto c = puts_of({chain[2]});
-  done(*tier, tier->put(c));
+  put_one(*tier, chain[2]);
   EXPECT_EQ(held(*tier, {chain[0]}), 1);
   EXPECT_EQ(held(*tier, {chain[1]}), 0);
 }
@@ -161,11 +156,9 @@ TEST_F(HostTierTest, CorruptVictimIsNeverDemoted) {
   int demotions = 0;
   tier->set_eviction_callback([&](const BlockRecordView&, int32_t) { ++demotions; });
   const auto chain = make_chain(small_layout(), 2, 8);
-  const auto a = puts_of({chain[0]});
-  done(*tier, tier->put(a));
+  put_one(*tier, chain[0]);
   (*tier->record_bytes_for_test(chain[0].meta.block_hash))[200] ^= 0x02;
-  const auto b = puts_of({chain[1]});
-  done(*tier, tier->put(b));
+  put_one(*tier, chain[1]);
   EXPECT_EQ(demotions, 0);
   EXPECT_EQ(tier->stats().corrupt_records, 1);
 }

@@ -4,6 +4,7 @@
 // byte in the record file is a miss, counted, with output equal to cold; a kill -9 in the middle
 // of writes leaves a directory the next server starts on; bad directories are start-up errors;
 // /metrics with tiers passes promtool.
+#include <gtest/gtest.h>
 #include <httplib.h>
 #include <unistd.h>
 
