@@ -16,16 +16,6 @@
 // Preemption is by recompute; swap-to-tier would be a second kind of `preempt` that keeps the
 // KV in a lower tier and re-admits it by promotion instead of by prefill.
 //
-// Tiers (options.tiers, kvcache/tier_stack.h). Admission matches the pool first, then probes
-// the tiers for the whole blocks after the pool hit; the LoadCostModel decides how many of the
-// found blocks to load. Those are allocated at once (BlockManager::begin_load) and read by tier
-// gets; the sequence is *running* (it holds its blocks and slots) but *loading*: it is never
-// scheduled and never a preemption victim until its load is in. schedule() first polls the
-// stack (never waits) and finishes every completed load (BlockManager::finish_load: what did
-// not load or confirm is recomputed). A probe a tier answers later (a remote tier) holds
-// admission for that sequence until a later step. A loading sequence that is removed is
-// detached: its blocks are freed once its gets have completed.
-//
 // Order: (priority desc, arrival asc, choice asc). Each step (schedule()):
 //   1. Running sequences in order. Decoding ones (pending 1) get one token each; those still
 //      prefilling share what is left of max_num_batched_tokens after the decodes, in order
@@ -35,10 +25,30 @@
 //   2. Only if nobody was preempted: waiting sequences in order are admitted while their slots
 //      fit under max_num_seqs, a token of budget is left and their blocks fit after
 //      prefix-cache matching, keeping `watermark_blocks` free (not when nothing else runs).
-//      The first that does not fit stops admission (no overtaking by lower priority).
+//      The first that does not fit stops admission (no overtaking by lower priority). If it
+//      does not fit while nothing runs, it never will (pinned blocks, engine/pinning.h, took
+//      the room it was clipped to): it goes to `refused`, stays waiting until its owner removes
+//      it, and admission stops for this step (nothing is scheduled then).
+// Windowed KV (SchedulerOptions::windows; the engine's StreamingLLM or a sliding-window model
+// that frees its old blocks): sequences are added uncacheable (no prefix-cache lookup, no
+// registration) and are never forked (the owner adds n independent sequences instead). A
+// sequence's progress is `fed`, not the block manager's length, which StreamingLLM shrinks when
+// it drops blocks. Block needs count what the engine's step frees first (StreamingLLM drops the
+// oldest non-sink blocks before appending), admission needs at most kv_token_cap tokens' blocks,
+// and a StreamingLLM prefill chunk is at most max_chunk tokens (Engine::prefill_chunk).
 // Invariants: sum of slots of running sequences <= max_num_seqs; every scheduled token's block
 // is accounted for before the step runs (Engine::step never runs out); a sequence that is the
 // only one running always fits (the owner clips a request to the pool at submit).
+//
+// Tiers (options.tiers, kvcache/tier_stack.h). Admission matches the pool first, then probes
+// the tiers for the whole blocks after the pool hit; the LoadCostModel decides how many of the
+// found blocks to load. Those are allocated at once (BlockManager::begin_load) and read by tier
+// gets; the sequence is *running* (it holds its blocks and slots) but *loading*: it is never
+// scheduled and never a preemption victim until its load is in. schedule() first polls the
+// stack (never waits) and finishes every completed load (BlockManager::finish_load: what did
+// not load or confirm is recomputed). A probe a tier answers later (a remote tier) holds
+// admission for that sequence until a later step. A loading sequence that is removed is
+// detached: its blocks are freed once its gets have completed.
 #pragma once
 
 #include <array>
@@ -61,8 +71,14 @@ struct SchedulerOptions {
   bool enable_prefix_caching = true;
   kvcache::TierStack* tiers = nullptr;   // lower tiers to load prefixes from (not owned)
   LoadCostModel* load_cost = nullptr;    // load vs recompute (nullptr: always load)
+  struct Windows {
+    bool on = false;           // sequences drop or release blocks (uncacheable, never forked)
+    int64_t stream_sinks = 0;  // StreamingLLM: cache holds at most stream_sinks + stream_window
+    int64_t stream_window = 0; // tokens (0: not streaming); both whole blocks
+    int64_t kv_token_cap = 0;  // > 0: KV tokens a sequence holds at once at most (admission)
+    int64_t max_chunk = 0;     // > 0: tokens per prefill chunk at most
+  } windows;
 };
-
 
 struct SeqKey {
   int32_t priority = 0;
@@ -86,6 +102,7 @@ struct SchedSequence {
   int32_t slots = 1;             // sequence slots held while running (n before the fork)
   kvcache::KvNamespace ns;       // prefix-cache namespace (model, KV format, salt)
   kvcache::SeqId kv = -1;        // block-manager sequence while running, else -1
+  int64_t fed = 0;               // tokens[0, fed) have KV computed (or scheduled) while running
   int64_t admitted_cached = 0;   // tokens adopted from the prefix cache (pool + tiers) at the last admission
   int64_t admitted_pool = 0;     // of which from the pool
   std::array<int64_t, kvcache::kMaxTiers> admitted_tier{};  // of which loaded from tier i
@@ -110,6 +127,7 @@ struct StepPlan {
   std::vector<SchedSequence*> preempted;   // this step's victims (now waiting)
   std::vector<SchedSequence*> admitted;    // admitted this step (also in scheduled unless loading)
   std::vector<SchedSequence*> loaded;      // whose load finished this step
+  std::vector<SchedSequence*> refused;     // can never fit beside the pinned blocks: owner removes
   int64_t num_tokens = 0;
   // Prefix-cache lookups of this step's admissions.
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
@@ -139,7 +157,7 @@ class Scheduler {
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t num_loading() const;  // running sequences whose blocks load, and detached loads
-  // Tier loads or probes in flight: the owner keeps stepping (polling) rather than sleeping.
+  // Tier loads, probes or puts in flight: the owner keeps stepping (polling) rather than sleeping.
   bool tier_work_pending() const { return options_.tiers != nullptr && options_.tiers->has_pending_work(); }
   int64_t num_running_slots() const { return running_slots_; }
   bool empty() const { return seqs_.empty(); }
@@ -147,6 +165,8 @@ class Scheduler {
 
  private:
   void preempt(SchedSequence& seq);
+  // New blocks a step feeding n tokens of a running sequence takes (after StreamingLLM drops).
+  int64_t blocks_needed(const SchedSequence& seq, int64_t n) const;
   bool try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks);
   // Tiers (scheduler_tiers.cpp).
   void poll_tiers();
@@ -177,6 +197,7 @@ class Scheduler {
   std::vector<kvcache::LoadItem> items_scratch_;
   std::vector<std::string_view> media_;   // [tiers] Tier::medium()
   std::array<int64_t, kvcache::kMaxTiers> seen_load_bytes_{}, seen_load_ns_{};  // fed to the cost model
+  bool waiting_for_tier_ = false;         // the last try_admit waits for a probe
 };
 
 }  // namespace pagoda::engine
