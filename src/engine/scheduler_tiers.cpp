@@ -124,6 +124,7 @@ void Scheduler::finish_load(SchedSequence& seq, const kvcache::LoadResult& resul
     left -= n;
   }
   seq.admitted_cached = blocks_.length(seq.kv);
+  seq.fed = seq.admitted_cached;  // what did not load or confirm is fed (recomputed) from here
   plan_.prefix_hit_tokens += confirmed * bs;  // the hit rate counts every tier
 }
 
