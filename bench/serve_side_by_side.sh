@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Serving benchmark: Pagoda's HTTP server vs llama.cpp's (node-llama-cpp, bench/peer/llama_server.mjs),
-# measured over HTTP by `pagoda bench-serve`. Prints one markdown table of ratios.
+# Serving benchmark: Pagoda's HTTP server vs llama.cpp's, measured over HTTP by `pagoda bench-serve`.
+# Prints one markdown table of ratios. The peer is native llama-server (bench/peer/build_native.sh,
+# in $PAGODA_PEER_CACHE, default /work/cache: -np SLOTS, --no-mmap, --no-cache-prompt for the
+# no-prefix-cache runs) unless --peer node (node-llama-cpp's bindings, bench/peer/llama_server.mjs).
 #
-#   bench/serve_side_by_side.sh --model FILE.gguf [--out DIR] [--only pagoda|llama]
+#   bench/serve_side_by_side.sh --model FILE.gguf [--out DIR] [--only pagoda|llama] [--peer native|node]
 #       [--concurrency 1,4,16,64] [--output-len 64] [--prompt-len 32] [--requests-per-client 2] [--min-requests 16]
 #       [--sessions 8] [--turns 6] [--turn-len 24] [--system-prompt-len 64] [--threads 2] [--port 18181]
 #
@@ -39,6 +41,8 @@ SYSTEM_LEN=64
 THREADS=2
 PORT=18181
 SEED=1
+PEER_KIND=native
+NATIVE_SERVER="${PAGODA_PEER_CACHE:-/work/cache}/llama.cpp/build/bin/llama-server"
 
 die() { echo "serve_side_by_side: $*" >&2; exit 1; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
@@ -60,6 +64,7 @@ while [[ $# -gt 0 ]]; do
     --threads) THREADS="${2:?}"; shift 2 ;;
     --port) PORT="${2:?}"; shift 2 ;;
     --seed) SEED="${2:?}"; shift 2 ;;
+    --peer) PEER_KIND="${2:?}"; shift 2 ;;
     -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
@@ -68,8 +73,12 @@ done
 [[ -f "$MODEL" ]] || die "no such model file: $MODEL"
 [[ "$ONLY" =~ ^(both|pagoda|llama)$ ]] || die "--only must be pagoda or llama"
 [[ -x "$PAGODA" ]] || die "$PAGODA not found: build first (cmake --build build)"
+[[ "$PEER_KIND" =~ ^(native|node)$ ]] || die "--peer must be native or node"
+if [[ "$PEER_KIND" == native && "$ONLY" != pagoda ]]; then
+  [[ -x "$NATIVE_SERVER" ]] || die "$NATIVE_SERVER not found: run bench/peer/build_native.sh first"
+fi
 command -v node >/dev/null || die "node (>= 20) is not installed"
-if [[ "$ONLY" != pagoda && ! -d "$PEER/node_modules" ]]; then
+if [[ "$PEER_KIND" == node && "$ONLY" != pagoda && ! -d "$PEER/node_modules" ]]; then
   log "installing bench/peer (npm ci)"
   (cd "$PEER" && npm ci --silent) || die "npm ci in bench/peer failed"
 fi
@@ -145,15 +154,24 @@ if [[ "$ONLY" != llama ]]; then
   stop_server
 fi
 if [[ "$ONLY" != pagoda ]]; then
-  LLAMA=(node "$PEER/llama_server.mjs" --model "$MODEL" --port "$PORT" --threads "$THREADS")
-  start_server llama-s16 "${LLAMA[@]}" --slots 16
+  if [[ "$PEER_KIND" == native ]]; then  # llama-server: -c is shared by the slots (256 tokens each at least)
+    llama() { local slots="$1"; shift
+      exec "$NATIVE_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -t "$THREADS" --no-mmap -np "$slots" \
+        -c $(( slots * 512 > 2048 ? slots * 512 : 2048 )) "$@"; }
+    NOCACHE=--no-cache-prompt
+  else
+    llama() { local slots="$1"; shift
+      exec node "$PEER/llama_server.mjs" --model "$MODEL" --port "$PORT" --threads "$THREADS" --slots "$slots" "$@"; }
+    NOCACHE=--no-prefix-cache
+  fi
+  start_server llama-s16 llama 16
   random_levels llama-s16
   multi_turn llama-mt-on.json
   stop_server
-  start_server llama-nocache "${LLAMA[@]}" --slots 16 --no-prefix-cache
+  start_server llama-nocache llama 16 "$NOCACHE"
   multi_turn llama-mt-off.json
   stop_server
-  start_server llama-s1 "${LLAMA[@]}" --slots 1
+  start_server llama-s1 llama 1
   random_levels llama-s1
   stop_server
 fi

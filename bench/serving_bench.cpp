@@ -2,7 +2,8 @@
 // P random prompt tokens and G generated tokens (greedy, EOS ignored) through a ServingEngine
 // with max_num_seqs = C, then the same requests with max_num_seqs = 1. Prints one table.
 //
-//   serving_bench MODEL.gguf [C=16] [P=64] [G=64] [threads=0: all cores] [max_batched_tokens=512]
+//   serving_bench MODEL.gguf [C=16] [P=64] [G=64] [threads=0: all cores] [max_batched_tokens=512] [one_at_a_time=1]
+// (one_at_a_time=0 skips the max_num_seqs = 1 run.)
 //
 // Smoke run: serving_bench ../shared/models/stories260K/stories260K.gguf 4 16 8 1
 // Target (the issue): llama-110m, C=16, P=G=64: batched >= 3x the one-at-a-time tokens/s.
@@ -102,7 +103,7 @@ Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shar
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf [C=16] [P=64] [G=64] [threads=0] [max_batched_tokens=512]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.gguf [C=16] [P=64] [G=64] [threads=0] [max_batched_tokens=512] [one_at_a_time=1]\n", argv[0]);
     return 2;
   }
   auto arg = [&](int i, int64_t def) { return argc > i ? std::atoll(argv[i]) : def; };
@@ -132,7 +133,8 @@ int main(int argc, char** argv) {
   std::printf("%-14s %10s %8s %12s %12s\n", "max_num_seqs", "seconds", "steps", "gen tok/s", "mean TTFT s");
   Run results[2];
   const int64_t seqs[2] = {c, 1};
-  for (int i = 0; i < 2; ++i) {
+  const int runs = arg(7, 1) != 0 ? 2 : 1;
+  for (int i = 0; i < runs; ++i) {
     auto r = run(m, t, c, seqs[i], p, g, threads, batched);
     if (!r.is_ok()) {
       std::fprintf(stderr, "%s\n", r.status().message().c_str());
@@ -142,6 +144,6 @@ int main(int argc, char** argv) {
     std::printf("%-14lld %10.3f %8lld %12.1f %12.3f\n", static_cast<long long>(seqs[i]), r->seconds,
                 static_cast<long long>(r->steps), r->tokens_per_s, r->mean_ttft_s);
   }
-  std::printf("batched / one at a time: %.2fx\n", results[0].tokens_per_s / results[1].tokens_per_s);
+  if (runs == 2) std::printf("batched / one at a time: %.2fx\n", results[0].tokens_per_s / results[1].tokens_per_s);
   return 0;
 }

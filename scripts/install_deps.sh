@@ -9,6 +9,8 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libicu-dev libutf8proc-dev
   libxxhash-dev liburing-dev   # block record checksums; the SSD tier's asynchronous I/O
+  libssl-dev                   # SHA-256 block hashes (--kv-hash sha256)
+  clang libclang-rt-14-dev     # the libFuzzer harnesses (fuzz/, scripts/fuzz.sh): clang 14 and its libFuzzer runtime
   libzmq3-dev libmsgpack-cxx-dev  # KV events: ZeroMQ PUB/ROUTER/SUB, msgpack in vLLM's layout
   libhiredis-dev liblz4-dev libzstd-dev   # the Redis tier's client and its record compression
   redis-server redis-tools     # the Redis tier's tests start their own servers and clusters

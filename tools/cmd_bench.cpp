@@ -16,6 +16,7 @@ struct BenchOptions {
   EngineOptions engine;
   int64_t n_prompt = 512;
   int64_t n_gen = 128;
+  int64_t depth = 0;  // decode test: tokens already in the KV cache (an untimed prompt) before decoding
   int reps = 5;
   bool json = false;
   int64_t prefix_ttft = 0;  // > 0: TTFT with a cached prefix of this many tokens vs uncached
@@ -89,7 +90,7 @@ int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
   // The prefill test repeats one prompt: with the prefix cache on, every rep after the first
   // would be served from cache. Only the --prefix-ttft test uses it.
   if (o.prefix_ttft == 0) eo.no_prefix_cache = true;
-  if (eo.ctx_size == 0) eo.ctx_size = std::max<int64_t>({o.n_prompt, o.n_gen + 1, o.prefix_ttft + 17}) + 16;
+  if (eo.ctx_size == 0) eo.ctx_size = std::max<int64_t>({o.n_prompt, o.depth + o.n_gen + 1, o.prefix_ttft + 17}) + 16;
   auto loaded = load_engine(eo, clock, logger);
   if (!loaded.is_ok()) return fail(loaded.status());
   engine::Engine& eng = *loaded->engine;
@@ -108,6 +109,10 @@ int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
   prefill.max_new_tokens = 0;
   engine::GenerateRequest decode;
   decode.prompt = {std::max(0, tok.bos_id())};
+  while (static_cast<int64_t>(decode.prompt.size()) < o.depth) {  // --depth: as llama-bench -d
+    const auto id = static_cast<int32_t>(rng.next_u64() % n_vocab);
+    if (tok.vocab().types[id] == model::TokenType::kNormal) decode.prompt.push_back(id);
+  }
   decode.max_new_tokens = o.n_gen + 1;  // the first token comes from prefill; n_gen decode steps follow
 
   std::vector<double> prefill_tps, decode_tps;
@@ -133,7 +138,7 @@ int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
   if (o.json) {
     nlohmann::json j = {{"model", model_name},       {"threads", eng.num_threads()},
                         {"isa", kernels::isa_name(kernels::detect_isa())},
-                        {"n_prompt", o.n_prompt},     {"n_gen", o.n_gen},
+                        {"n_prompt", o.n_prompt},     {"n_gen", o.n_gen}, {"depth", o.depth},
                         {"reps", o.reps},             {"prefill_tps", pp},
                         {"decode_tps", tg},           {"prefill_tps_runs", prefill_tps},
                         {"decode_tps_runs", decode_tps}, {"weight_bytes", weight_bytes}};
@@ -156,6 +161,9 @@ void register_bench(CLI::App& app, const Clock& clock, Logger& logger, int& exit
   add_engine_options(*cmd, options->engine);
   cmd->add_option("-p,--n-prompt", options->n_prompt, "prompt tokens for the prefill test")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("-n,--n-gen", options->n_gen, "tokens for the decode test")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_option("-d,--depth,--decode-context", options->depth,
+                  "decode test: tokens in the KV cache before decoding (an untimed prompt)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("-r,--reps", options->reps, "repetitions (median reported)")->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", options->json, "print one JSON object");
   cmd->add_option("--prefix-ttft", options->prefix_ttft,

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
@@ -35,6 +36,8 @@ struct RouterOptions {
   double request_timeout_s = 600;
   std::string chat_template;
   std::string worker_api_key;
+  std::vector<std::string> api_keys;
+  bool no_dashboard = false;
   int http_threads = 256;
   int64_t max_body_bytes = 8 << 20;
   bool verbose = false;
@@ -60,6 +63,8 @@ int run_router(const RouterOptions& o, const Clock& clock, Logger& logger) {
   config.health_interval_s = o.health_interval_s;
   config.request_timeout_s = o.request_timeout_s;
   config.worker_api_key = o.worker_api_key;
+  config.api_keys = o.api_keys;
+  config.dashboard = !o.no_dashboard;
   config.http_threads = o.http_threads;
   config.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   std::vector<router::WorkerAddress> workers;
@@ -93,15 +98,20 @@ int run_router(const RouterOptions& o, const Clock& clock, Logger& logger) {
     std::printf("  P/D: prompts prefilled on %zu prefill workers, decoded on %zu decode workers\n", o.prefill.size(),
                 o.decode.size());
   }
+  if (config.dashboard) std::printf("  dashboard: http://%s:%d/dashboard   (workers, routing, live)\n", o.host.c_str(), *port);
   std::fflush(stdout);
+  std::atomic<bool> stopping{false};
   std::thread listener([&] {
     router.listen();
-    kill(getpid(), SIGTERM);  // stopped on its own: wake the main thread
+    // Stopped on its own: wake the main thread (not after a signal: a second SIGTERM would stay
+    // pending and end the process with 143 instead of 0).
+    if (!stopping) kill(getpid(), SIGTERM);
   });
   int signal_number = 0;
   while (sigwait(&signals, &signal_number) != 0) {
   }
   logger.info("pagoda router: stopping");
+  stopping = true;
   router.stop();
   listener.join();
   return 0;
@@ -142,7 +152,11 @@ void register_router(CLI::App& app, const Clock& clock, Logger& logger, int& exi
                   "chat template family as the workers use it (default: from the model, else chatml)");
   cmd->add_option("--worker-api-key", o->worker_api_key,
                   "the key the router presents on its own calls to workers started with --api-key");
-  cmd->add_option("--http-threads", o->http_threads, "client connections served at once")->check(CLI::Range(1, 4096));
+  cmd->add_option("--api-key", o->api_keys,
+                  "accept only clients with \"Authorization: Bearer KEY\" on /v1 and /router routes (repeatable; "
+                  "the key is forwarded, so give the workers the same keys)");
+  cmd->add_flag("--no-dashboard", o->no_dashboard, "do not serve the live dashboard at /dashboard");
+  cmd->add_option("--http-threads", o->http_threads, "client connections served at once; one more gets 503 \"too many connections\"")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 beyond)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 31));
   cmd->add_flag("-v,--verbose", o->verbose, "log more");

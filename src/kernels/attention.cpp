@@ -1,10 +1,13 @@
 #include "kernels/attention.h"
 
+#include <cstdint>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/attention_tiled.h"
 #include "kernels/kv_block.h"
 #include "kernels/kv_quant.h"
 
@@ -56,12 +59,32 @@ inline Runs attended_runs(const AttentionParams& params, int64_t n_ctx) {
 AttentionScratch::AttentionScratch(int num_threads, int64_t max_context, int64_t head_dim)
     : max_context_(max_context),
       head_dim_(head_dim),
-      buffers_(num_threads, std::vector<float>(kMaxGroup * (max_context + head_dim) + 3 * head_dim)) {}
+      buffers_(num_threads, std::vector<float>(kMaxGroup * (max_context + head_dim) + 3 * head_dim)),
+      tiles_(num_threads, std::vector<float>(tile_floats(head_dim) + 16)) {
+  tile_items_.reserve(4096);
+}
+
+int64_t AttentionScratch::tile_floats(int64_t head_dim) {
+  // K and V chunks [2, kChunk, hd], a zero row [hd], lane outputs [kTileLanes, hd], a reader row
+  // [hd] and int4 parameters [2, hd], lane max/sum/probabilities [3, kTileLanes]... rounded up.
+  const int64_t hd = (head_dim + 15) / 16 * 16;
+  return (2 * detail::kChunk + 1 + detail::kTileLanes + 3) * hd + 4 * detail::kTileLanes + 64;
+}
+
+float* AttentionScratch::tile(int thread) {
+  auto p = reinterpret_cast<uintptr_t>(tiles_[thread].data());
+  return reinterpret_cast<float*>((p + 63) / 64 * 64);
+}
 
 void paged_attention(const KvLayerView& layer, const float* q, const int32_t* positions,
                      const SeqSpan* seqs, int64_t n_seqs, const AttentionParams& params, float* out,
                      ThreadPool& pool, AttentionScratch& scratch, Isa isa) {
   check_kv_view(layer);
+  if (isa == Isa::kAvx512 && detail::tiled_attention_supports(layer)) {
+    CHECK_LE(layer.head_dim, scratch.head_dim());
+    detail::paged_attention_tiled_avx512(layer, q, positions, seqs, n_seqs, params, out, pool, scratch);
+    return;
+  }
   const int64_t hd = layer.head_dim, B = layer.block_size, n_kv_head = layer.n_kv_head;
   const int64_t n_head = params.n_head;
   CHECK_EQ(n_head % n_kv_head, 0);

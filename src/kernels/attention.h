@@ -66,7 +66,9 @@ inline AttendedRange attended_range(const AttentionParams& params, int64_t pos) 
 
 // Scratch for attention, sized once. Per thread: scores [kMaxGroup, max_context],
 // accumulators [kMaxGroup, head_dim], a decoded row [head_dim] and int4 K channel
-// parameters [2, head_dim].
+// parameters [2, head_dim]; the tiled kernel's per-thread area (tile(): decoded K/V chunks,
+// lane states; kernels/attention_tiled.h). tile_items() / split_parts() hold the tiled kernel's
+// work list and split-K partial results: they grow to the largest step seen, then stay.
 class AttentionScratch {
  public:
   static constexpr int64_t kMaxGroup = kKvMaxGroup;  // query heads served per pass over a kv head's rows
@@ -75,6 +77,10 @@ class AttentionScratch {
   float* accum(int thread) { return scores(thread) + kMaxGroup * max_context_; }
   float* row(int thread) { return accum(thread) + kMaxGroup * head_dim_; }
   float* params(int thread) { return row(thread) + head_dim_; }
+  float* tile(int thread);  // 64-byte aligned, tile_floats(head_dim) floats
+  static int64_t tile_floats(int64_t head_dim);
+  std::vector<int64_t>& tile_items() { return tile_items_; }
+  std::vector<float>& split_parts() { return split_parts_; }
   int64_t max_context() const { return max_context_; }
   int64_t head_dim() const { return head_dim_; }
 
@@ -82,6 +88,9 @@ class AttentionScratch {
   int64_t max_context_;
   int64_t head_dim_;
   std::vector<std::vector<float>> buffers_;  // [num_threads][kMaxGroup*(max_context+head_dim) + 3*head_dim]
+  std::vector<std::vector<float>> tiles_;    // [num_threads][tile_floats(head_dim) + 16]
+  std::vector<int64_t> tile_items_;
+  std::vector<float> split_parts_;
 };
 
 // Causal attention of each batch row over its sequence's cached positions [0, positions[t]],

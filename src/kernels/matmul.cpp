@@ -2,12 +2,18 @@
 #include "kernels/matmul.h"
 
 #include <cblas.h>
+#include <cpuid.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "core/check.h"
+#include "kernels/matmul_amx.h"
 #include "kernels/matmul_isa.h"
 #include "kernels/quant.h"
 
@@ -179,10 +185,16 @@ void matmul_decode_reference(const WeightView& w, const float* x, int64_t n_toke
 
 // ---- ISA ----
 
+// F16C (CPUID.1:ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+static bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+
 Isa detect_isa() {
   __builtin_cpu_init();
   // Exactly the -m flags each kernel file is compiled with (src/kernels/CMakeLists.txt).
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512vnni");
@@ -202,6 +214,29 @@ const char* isa_name(Isa isa) {
   }
   return "unknown";
 }
+
+namespace detail {
+
+// CPUID.(EAX=7, ECX=0):EDX bits 22 (AMX-BF16) and 24 (AMX-TILE), EAX=7/ECX=1:EAX bit 5
+// (AVX512-BF16); then the kernel's permission for tile data (Linux >= 5.16), asked once.
+bool amx_usable() {
+  static const bool usable = [] {
+#if defined(__x86_64__) && defined(__linux__)
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (a < 1 || !(d & (1u << 22)) || !(d & (1u << 24))) return false;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+    if (!(a & (1u << 5))) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return usable;
+}
+
+}  // namespace detail
 
 // ---- Matmul ----
 
@@ -225,6 +260,16 @@ Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max
     w_scratch_.resize(static_cast<size_t>(pool.num_threads()));
     for (auto& scratch : w_scratch_) scratch.resize(static_cast<size_t>(kBlasRowChunk * max_in));
     openblas_set_num_threads(1);
+    amx_ = isa == Isa::kAvx512 && detail::amx_usable() && max_in % 32 == 0;
+    if (amx_) {
+      const size_t x_elems = static_cast<size_t>(detail::amx_pad32(max_tokens) * max_in);
+      x_hi_.resize(x_elems);
+      x_lo_.resize(x_elems);
+      w_packed_.resize(static_cast<size_t>(pool.num_threads()));
+      for (auto& p : w_packed_) p.resize(static_cast<size_t>(2 * detail::kAmxRowChunk * max_in));
+      c_scratch_.resize(static_cast<size_t>(pool.num_threads()));
+      for (auto& c : c_scratch_) c.resize(32 * 32 + 16);
+    }
   }
 }
 
@@ -305,7 +350,52 @@ void Matmul::run_decode(const WeightView& w, const float* x, int64_t n_tokens, f
       ThreadPool::grain_for(w.n_in * n_tokens, ThreadPool::kMinWorkPerThread, kDecodeRowGrain));
 }
 
+void Matmul::run_prefill_amx(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  struct Job {
+    Matmul* self;
+    const WeightView* w;
+    const float* x;
+    int64_t n_tokens;
+    float* y;
+  } job{this, &w, x, n_tokens, y};
+  const int64_t n_in = w.n_in;
+  pool_.parallel_for(
+      n_tokens,
+      [&job](int64_t begin, int64_t end, int) {
+        const int64_t n = job.w->n_in;
+        detail::amx_split_x(job.x + begin * n, end - begin, n, job.self->x_hi_.data() + begin * n,
+                            job.self->x_lo_.data() + begin * n);
+      },
+      ThreadPool::grain_for(n_in, ThreadPool::kMinWorkPerThread));
+  detail::amx_zero_pad_x(n_tokens, n_in, x_hi_.data(), x_lo_.data());
+  pool_.parallel_for(
+      w.n_out,
+      [&job](int64_t begin, int64_t end, int thread) {
+        Matmul& m = *job.self;
+        const WeightView& w = *job.w;
+        const detail::MatmulKernels& kernels = detail::matmul_kernels(m.isa_);
+        float* scratch = m.w_scratch_[static_cast<size_t>(thread)].data();  // [kBlasRowChunk, n_in]
+        uint16_t* w_hi = m.w_packed_[static_cast<size_t>(thread)].data();
+        uint16_t* w_lo = w_hi + detail::kAmxRowChunk * w.n_in;
+        float* c = m.c_scratch_[static_cast<size_t>(thread)].data();
+        c = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(c) + 63) / 64 * 64);
+        const bool with_lo = w.dtype != DType::kBF16;  // BF16 weights are exactly their hi part
+        for (int64_t o0 = begin; o0 < end; o0 += detail::kAmxRowChunk) {
+          const int64_t rows = std::min(detail::kAmxRowChunk, end - o0);
+          kernels.dequantize_rows(w, o0, rows, scratch);
+          detail::amx_pack_w(scratch, rows, w.n_in, with_lo, w_hi, w_lo);
+          detail::amx_gemm(m.x_hi_.data(), m.x_lo_.data(), job.n_tokens, w.n_in, w_hi, w_lo, with_lo, rows, job.y + o0,
+                           w.n_out, c);
+        }
+      },
+      detail::kAmxRowChunk);
+}
+
 void Matmul::run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  if (uses_amx(w)) {
+    run_prefill_amx(w, x, n_tokens, y);
+    return;
+  }
   struct Job {
     Matmul* self;
     const WeightView* w;

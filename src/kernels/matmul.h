@@ -19,6 +19,10 @@
 //     to Q8_K (256-value blocks) and dotted per super-block. Memory-bandwidth bound on one token.
 //   - prefill (n_tokens >= kBlasMinTokens): each thread dequantizes a chunk of weight rows to
 //     f32 and calls single-threaded OpenBLAS sgemm on it (F32 weights go to sgemm directly).
+//     Non-F32 weights (n_in % 32 == 0) on a CPU with AMX-BF16 (Isa::kAvx512 only) run on AMX
+//     tiles instead: the dequantized chunk and x split into bf16 hi + lo parts
+//     (kernels/matmul_amx.h: within about 2^-16 of sum |w||x| for F16/BF16 weights, 2^-15
+//     for quantized ones, inside the sgemm path's test tolerance of 1e-5).
 // Decode is compared against `matmul_decode_reference` (to float rounding), prefill against
 // `matmul_reference`, on every ISA, in tests/kernels/matmul_test.cpp.
 #pragma once
@@ -69,6 +73,10 @@ class Matmul {
   // x and y do not overlap.
   void run(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   Isa isa() const { return isa_; }
+  // Whether prefill against these weights runs on AMX tiles (see the paths above).
+  bool uses_amx(const WeightView& w) const {
+    return amx_ && w.dtype != DType::kF32 && w.n_in % 32 == 0;
+  }
   static constexpr int64_t kBlasMinTokens = 8;  // fewer tokens: decode path
   static constexpr int64_t kDecodeGroupTokens = kBlasMinTokens - 1;  // tokens per kernel pass
   static constexpr int64_t kDecodeMaxTokens = 48;  // non-F32 weights: decode kernels up to here
@@ -87,6 +95,7 @@ class Matmul {
  private:
   void run_decode(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   void run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+  void run_prefill_amx(const WeightView& w, const float* x, int64_t n_tokens, float* y);
 
   ThreadPool& pool_;
   Isa isa_;
@@ -101,6 +110,10 @@ class Matmul {
   std::vector<uint8_t> x_extra_;               // [groups, extra_stride_] ISA-specific (+ 64 to align)
   std::vector<BlockQ8_K> x_q8k_;               // [decode tokens, max_in / 256], for k-quant weights
   std::vector<std::vector<float>> w_scratch_;  // per thread: [kBlasRowChunk, max_in] f32
+  bool amx_ = false;                           // AMX prefill for F16/BF16 weights
+  std::vector<uint16_t> x_hi_, x_lo_;          // [max_tokens rounded up to 32, max_in] bf16 split of x
+  std::vector<std::vector<uint16_t>> w_packed_;  // per thread: hi, lo [2, kAmxRowChunk (64), max_in] packed tiles
+  std::vector<std::vector<float>> c_scratch_;    // per thread: [32, 32] f32 (+16 to align)
 };
 
 }  // namespace pagoda::kernels

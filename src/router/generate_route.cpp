@@ -53,7 +53,9 @@ struct RouterServer::Attempt {
 };
 
 void RouterServer::handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  if (!authorized(req, res)) return;
   count(&RouterCounters::requests);
+  const int64_t received_ns = clock_.now_ns();
   const RoutingRequest rr = read_routing_request(req.body, chat, *tokenizer_, chat_template_,
                                                  http::bearer_token(req.get_header_value("Authorization")));
   const http::ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
@@ -125,12 +127,14 @@ void RouterServer::handle_generate(const httplib::Request& req, httplib::Respons
       WorkerCounters c = answered;
       c.reported_cached_tokens = cached_tokens_in(body);
       worker.count(c);
+      if (status == 200) observe_ttft(static_cast<size_t>(w), static_cast<double>(clock_.now_ns() - received_ns) * 1e-9);
       res.status = status;
       if (!up->header("Retry-After").empty()) res.set_header("Retry-After", up->header("Retry-After"));
       res.set_content(body, content_type.empty() ? "application/json" : content_type);
       return;
     }
     worker.prefilled(ticket);  // the first bytes of a stream come with its first token
+    observe_ttft(static_cast<size_t>(w), static_cast<double>(clock_.now_ns() - received_ns) * 1e-9);
     auto a = std::make_shared<Attempt>();
     a->up = std::move(up);
     a->worker = &worker;

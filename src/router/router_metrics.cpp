@@ -13,6 +13,8 @@
 //   gauges    pagoda_router_worker_up{worker}, pagoda_router_in_flight_requests{worker},
 //             pagoda_router_active_blocks{worker}, pagoda_router_indexed_blocks{worker},
 //             pagoda_router_kv_events_synced{worker}
+//   histogram pagoda_router_time_to_first_token_seconds        until the client could see the
+//             first token: a stream's first bytes, a whole answer otherwise (200s only)
 #include "router/router_server.h"
 #include "server/http/prometheus_text.h"
 
@@ -81,6 +83,15 @@ std::string RouterServer::metrics_text() const {
              [](const Row& r) { return r.indexed; });
   per_worker("pagoda_router_kv_events_synced", "gauge", "1 while the worker's index follows its events.",
              [](const Row& r) { return r.ev && r.ev->synced ? 1 : 0; });
+  LatencyHistogram ttft;
+  {
+    std::lock_guard lock(latency_mutex_);
+    ttft = ttft_;
+  }
+  http::prometheus_histogram(out, "pagoda_router_time_to_first_token_seconds",
+                             "Seconds from a request's arrival until its first token reached the client (a stream's "
+                             "first bytes; a whole answer otherwise).",
+                             LatencyHistogram::kBounds, ttft.buckets, ttft.sum, ttft.count);
   return out;
 }
 

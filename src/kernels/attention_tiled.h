@@ -1,0 +1,40 @@
+// Internal to the kernels: the tiled AVX-512 paged attention that paged_attention runs for
+// Isa::kAvx512 when head_dim % 16 == 0 (kernels/attention.h has the contract and the layouts).
+//
+// Work: a tile is up to kTileLanes query lanes of one sequence and one kv head, a lane being one
+// (batch row, query head of the kv head's group) pair -- several rows of a prefill chunk and all
+// heads of a GQA group share one pass over the K/V rows. The tile walks its attended positions
+// 16 at a time (a chunk): the chunk's K and V rows are decoded once into f32 scratch (f32 ND
+// rows are read in place) and every lane then computes its 16 scores (one FMA chain per key,
+// a transpose-reduce of the 16 sums), masks them, and updates its running max / sum / output
+// (online softmax, flash-attention style, vectorized exp). Chunks no lane attends to are
+// skipped without reading their block-table entries.
+// Split-K (flash-decoding): when there are fewer tiles than threads, each tile's positions are
+// split into parts that run on different threads, each part keeping (max, sum, unnormalized
+// output) per lane; a final merge rescales and adds the parts.
+// Accuracy: f32 arithmetic, summation order differs from the scalar reference; exp is a
+// degree-6 polynomial with 2^n scaling, within 2 ulp of expf over the range softmax uses.
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "kernels/attention.h"
+
+namespace pagoda::kernels::detail {
+
+inline constexpr int64_t kTileLanes = 16;  // query lanes per tile
+inline constexpr int64_t kChunk = 16;      // key positions per step
+
+// Whether the tiled kernel handles this layer: head_dim 16 * {1..8, 10, 12, 16}.
+inline bool tiled_attention_supports(const KvLayerView& layer) {
+  if (layer.head_dim % 16 != 0) return false;
+  const int64_t nv = layer.head_dim / 16;
+  return (nv >= 1 && nv <= 8) || nv == 10 || nv == 12 || nv == 16;
+}
+
+void paged_attention_tiled_avx512(const KvLayerView& layer, const float* q, const int32_t* positions,
+                                  const SeqSpan* seqs, int64_t n_seqs, const AttentionParams& params, float* out,
+                                  ThreadPool& pool, AttentionScratch& scratch);
+
+}  // namespace pagoda::kernels::detail

@@ -1,0 +1,334 @@
+// Tiled AVX-512 paged attention (kernels/attention_tiled.h): tiles of query lanes, 16-position
+// chunks of K/V decoded once per tile, online softmax with a vectorized exp, split-K parts
+// merged at the end when tiles are fewer than threads.
+// GCC 12's own AVX-512 headers trip -Wmaybe-uninitialized (their _mm512_undefined_ps) when inlined here.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "kernels/attention_tiled.h"
+#include "kernels/kv_block.h"
+
+namespace pagoda::kernels::detail {
+namespace {
+
+// exp(x) for x <= 88 (Cephes expf: x = n ln2 + r, degree-6 polynomial in r, times 2^n).
+inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-87.3365478515625f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.9875691500E-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(y, n);
+}
+
+// Lane k of the result = the sum of a[k]'s 16 lanes (a transpose-reduce, 45 instructions).
+inline __m512 reduce16(const __m512* a) {
+  __m512 w[4];
+  for (int g = 0; g < 4; ++g) {
+    const __m512* v = a + 4 * g;
+    const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1]));
+    const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3]));
+    const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23));
+    const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23));
+    w[g] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));  // 128-bit lane c: partial sums of keys 4g..4g+3
+  }
+  const __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x44), _mm512_shuffle_f32x4(w[0], w[1], 0xEE));
+  const __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x44), _mm512_shuffle_f32x4(w[2], w[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xDD));
+}
+
+inline int32_t block_at(const SeqSpan& seq, int64_t index) {
+  CHECK_LT(index, seq.num_blocks) << "block " << index << " beyond the block table";
+  const int32_t block = seq.block_table[index];
+  CHECK_GE(block, 0) << "attention reads block " << index << ", a hole of the block table";
+  return block;
+}
+
+// One tile: sequence s, kv head, query heads [h0, h0 + ng), batch rows [t0, t0 + nr).
+struct Tile {
+  int64_t s, kv_head, h0, ng, t0, nr;
+};
+constexpr int64_t kItemFields = 6;
+
+// Attended positions of one lane: [0, sink_end) and [window_begin, n_ctx).
+struct LaneMask {
+  int32_t n_ctx, sink_end, window_begin;
+};
+
+// The 16 scores of lane q against chunk rows k[0..16), NV vectors of 16 per row.
+template <int NV>
+inline __m512 chunk_scores(const float* const* k, const float* q) {
+  __m512 acc[kChunk];
+#pragma GCC unroll 16
+  for (int i = 0; i < kChunk; ++i) acc[i] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int d = 0; d < NV; ++d) {
+    const __m512 qv = _mm512_loadu_ps(q + 16 * d);
+#pragma GCC unroll 16
+    for (int i = 0; i < kChunk; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(k[i] + 16 * d), qv, acc[i]);
+  }
+  return reduce16(acc);
+}
+
+// o[0..16*NV) = o * alpha + sum_i p[i] * v[i].
+template <int NV>
+inline void chunk_accumulate(float* o, const float* p, const float* const* v) {
+  __m512 pb[kChunk];
+#pragma GCC unroll 16
+  for (int i = 0; i < kChunk; ++i) pb[i] = _mm512_set1_ps(p[i]);
+#pragma GCC unroll 16
+  for (int d = 0; d < NV; ++d) {
+    __m512 acc = _mm512_load_ps(o + 16 * d);
+#pragma GCC unroll 16
+    for (int i = 0; i < kChunk; ++i) acc = _mm512_fmadd_ps(pb[i], _mm512_loadu_ps(v[i] + 16 * d), acc);
+    _mm512_store_ps(o + 16 * d, acc);
+  }
+}
+
+struct Ctx {
+  const KvLayerView& layer;
+  const float* q;
+  const int32_t* positions;
+  const SeqSpan* seqs;
+  const AttentionParams& params;
+  const KvRowOps& ops;
+};
+
+// Runs positions [lo, hi) of a tile. Leaves per lane: running max m, sum l, unnormalized output o.
+template <int NV>
+void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float* area, float* m, float* l, float* o) {
+  constexpr int64_t hd = 16 * NV;
+  const KvLayerView& layer = c.layer;
+  const int64_t B = layer.block_size, n_head = c.params.n_head;
+  const SeqSpan& seq = c.seqs[tile.s];
+  const int64_t seq_len = int64_t{c.positions[seq.token_begin + seq.n_tokens - 1]} + 1;
+  const int64_t lanes = tile.nr * tile.ng;
+  float* kbuf = area;                   // [kChunk, hd]
+  float* vbuf = kbuf + kChunk * hd;     // [kChunk, hd]
+  float* zero = vbuf + kChunk * hd;     // [hd]
+  float* row = zero + hd;               // [hd] reader scratch
+  float* prm = row + hd;                // [2, hd] int4 K channel parameters
+  float* probs = prm + 2 * hd;          // [kChunk]
+  std::memset(zero, 0, hd * sizeof(float));
+  KvRowReader k_rows(layer, true, c.ops, row, prm);
+  KvRowReader v_rows(layer, false, c.ops, row, prm);
+
+  LaneMask mask[kTileLanes];
+  const float* qrow[kTileLanes];
+  int32_t max_ctx = 0, min_wb = INT32_MAX, max_sink = 0;
+  for (int64_t ln = 0; ln < lanes; ++ln) {
+    const int64_t t = tile.t0 + ln / tile.ng, h = tile.h0 + ln % tile.ng;
+    const int32_t n_ctx = c.positions[t] + 1;
+    CHECK_LE(n_ctx, seq_len) << "rows of a sequence must be in position order";
+    const AttendedRange a = attended_range(c.params, n_ctx - 1);
+    mask[ln] = c.params.window > 0 ? LaneMask{n_ctx, static_cast<int32_t>(a.sink_end), static_cast<int32_t>(a.window_begin)}
+                                   : LaneMask{n_ctx, 0, 0};
+    qrow[ln] = c.q + (t * n_head + h) * hd;
+    max_ctx = std::max(max_ctx, n_ctx);
+    min_wb = std::min(min_wb, mask[ln].window_begin);
+    max_sink = std::max(max_sink, mask[ln].sink_end);
+    m[ln] = -INFINITY;
+    l[ln] = 0.0f;
+    std::memset(o + ln * hd, 0, hd * sizeof(float));
+  }
+  hi = std::min<int64_t>(hi, max_ctx);
+  auto attended_any = [&](int64_t p) { return p < max_sink || p >= min_wb; };  // p < max_ctx assumed
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const float* kp[kChunk];
+  const float* vp[kChunk];
+  int64_t k_block = -1, v_block = -1;
+  for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
+    const int64_t cend = std::min(c0 + kChunk, hi);
+    if (!(c0 < max_sink || cend > min_wb)) continue;  // no lane attends to this chunk
+    for (int64_t i = 0; i < kChunk; ++i) {
+      const int64_t p = c0 + i;
+      if (p >= cend || !attended_any(p)) {
+        kp[i] = vp[i] = zero;
+        continue;
+      }
+      const int64_t j = p / B, r = p % B;
+      const int64_t ahead = p + kChunk;
+      if (ahead < hi && attended_any(ahead)) {
+        const int32_t nb = seq.block_table[ahead / B];
+        k_rows.prefetch(nb, ahead % B);
+        v_rows.prefetch(nb, ahead % B);
+      }
+      if (j != k_block) {
+        const int32_t b = block_at(seq, j);
+        k_rows.begin_block(b, j * B, seq_len, tile.kv_head);
+        v_rows.begin_block(b, j * B, seq_len, tile.kv_head);
+        k_block = v_block = j;
+      }
+      const float* kr = k_rows.row(r);
+      if (kr == row) kr = static_cast<const float*>(std::memcpy(kbuf + i * hd, row, hd * sizeof(float)));
+      kp[i] = kr;
+      const float* vr = v_rows.row(r);
+      if (vr == row) vr = static_cast<const float*>(std::memcpy(vbuf + i * hd, row, hd * sizeof(float)));
+      vp[i] = vr;
+    }
+    const __m512i pos = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(c0)), iota);
+    for (int64_t ln = 0; ln < lanes; ++ln) {
+      const LaneMask& mk = mask[ln];
+      if (c0 >= mk.n_ctx) continue;
+      if (c.params.window > 0 && !(c0 < mk.sink_end || cend > mk.window_begin)) continue;
+      __mmask16 valid = _mm512_cmplt_epi32_mask(pos, _mm512_set1_epi32(std::min<int32_t>(mk.n_ctx, static_cast<int32_t>(cend))));
+      if (c.params.window > 0) {
+        valid &= _mm512_cmplt_epi32_mask(pos, _mm512_set1_epi32(mk.sink_end)) |
+                 _mm512_cmpge_epi32_mask(pos, _mm512_set1_epi32(mk.window_begin));
+      }
+      if (valid == 0) continue;
+      const __m512 s = _mm512_mul_ps(chunk_scores<NV>(kp, qrow[ln]), _mm512_set1_ps(c.params.scale));
+      const float cm = _mm512_mask_reduce_max_ps(valid, s);
+      float* ol = o + ln * hd;
+      if (cm > m[ln]) {
+        const float alpha = std::exp(m[ln] - cm);  // 0 when m was -inf
+        l[ln] *= alpha;
+        const __m512 av = _mm512_set1_ps(alpha);
+        for (int d = 0; d < NV; ++d) _mm512_store_ps(ol + 16 * d, _mm512_mul_ps(_mm512_load_ps(ol + 16 * d), av));
+        m[ln] = cm;
+      }
+      const __m512 pr = _mm512_maskz_mov_ps(valid, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m[ln]))));
+      l[ln] += _mm512_reduce_add_ps(pr);
+      _mm512_storeu_ps(probs, pr);
+      chunk_accumulate<NV>(ol, probs, vp);
+    }
+  }
+}
+
+using PartFn = void (*)(const Ctx&, const Tile&, int64_t, int64_t, float*, float*, float*, float*);
+PartFn part_fn(int64_t hd) {
+  switch (hd / 16) {
+    case 1: return run_tile_part<1>;
+    case 2: return run_tile_part<2>;
+    case 3: return run_tile_part<3>;
+    case 4: return run_tile_part<4>;
+    case 5: return run_tile_part<5>;
+    case 6: return run_tile_part<6>;
+    case 7: return run_tile_part<7>;
+    case 8: return run_tile_part<8>;
+    case 10: return run_tile_part<10>;
+    case 12: return run_tile_part<12>;
+    case 16: return run_tile_part<16>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+void paged_attention_tiled_avx512(const KvLayerView& layer, const float* q, const int32_t* positions,
+                                  const SeqSpan* seqs, int64_t n_seqs, const AttentionParams& params, float* out,
+                                  ThreadPool& pool, AttentionScratch& scratch) {
+  const int64_t hd = layer.head_dim, n_kv_head = layer.n_kv_head, n_head = params.n_head;
+  CHECK_EQ(n_head % n_kv_head, 0);
+  const int64_t group = n_head / n_kv_head;
+  PartFn fn = part_fn(hd);
+  CHECK(fn != nullptr) << "tiled attention: head_dim " << hd << " has no kernel";
+  const Ctx ctx{layer, q, positions, seqs, params, kv_row_ops(Isa::kAvx512)};
+
+  // Tiles: per sequence, kv head, chunk of the group's heads, chunk of rows.
+  std::vector<int64_t>& items = scratch.tile_items();
+  items.clear();
+  const int64_t ng = std::min(group, kTileLanes), nr_max = std::max<int64_t>(1, kTileLanes / ng);
+  int64_t longest = 1, work = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const SeqSpan& seq = seqs[s];
+    CHECK_GT(seq.n_tokens, 0) << "empty sequence span";
+    CHECK(s == 0 || seq.token_begin >= seqs[s - 1].token_begin + seqs[s - 1].n_tokens) << "sequences overlap";
+    const int64_t len = int64_t{positions[seq.token_begin + seq.n_tokens - 1]} + 1;
+    longest = std::max(longest, len);
+    for (int64_t kvh = 0; kvh < n_kv_head; ++kvh) {
+      for (int64_t h0 = kvh * group; h0 < (kvh + 1) * group; h0 += ng) {
+        for (int64_t t0 = seq.token_begin; t0 < seq.token_begin + seq.n_tokens; t0 += nr_max) {
+          const int64_t nr = std::min(nr_max, seq.token_begin + seq.n_tokens - t0);
+          items.insert(items.end(), {s, kvh, h0, std::min(ng, (kvh + 1) * group - h0), t0, nr});
+          work += len * nr * ng;
+        }
+      }
+    }
+  }
+  const int64_t n_tiles = static_cast<int64_t>(items.size()) / kItemFields;
+  // Split-K: enough parts that every thread has work, each part at least 64 positions.
+  const int64_t threads = pool.num_threads();
+  int64_t parts = 1;
+  if (n_tiles < threads) parts = std::min<int64_t>((threads + n_tiles - 1) / n_tiles, std::max<int64_t>(1, longest / 64));
+  const int64_t span = (longest + parts - 1) / parts;
+  const int64_t part_len = (span + kChunk - 1) / kChunk * kChunk;
+  const int64_t part_stride = kTileLanes * (hd + 2);  // per (tile, part): o [lanes, hd], m [lanes], l [lanes]
+  std::vector<float>& partial = scratch.split_parts();
+  if (parts > 1 && static_cast<int64_t>(partial.size()) < n_tiles * parts * part_stride) partial.resize(n_tiles * parts * part_stride);
+
+  auto tile_at = [&](int64_t i) {
+    const int64_t* f = items.data() + i * kItemFields;
+    return Tile{f[0], f[1], f[2], f[3], f[4], f[5]};
+  };
+  const int64_t work_per_item = 2 * hd * std::max<int64_t>(1, work / std::max<int64_t>(1, n_tiles * parts));
+  pool.parallel_for(n_tiles * parts, [&](int64_t begin, int64_t end, int thread) {
+    float* area = scratch.tile(thread);
+    float* o = area + (2 * kChunk + 4) * hd + kChunk;  // [kTileLanes, hd], 64-byte aligned (hd % 16 == 0)
+    o = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(o) + 63) / 64 * 64);
+    float m[kTileLanes], l[kTileLanes];
+    for (int64_t item = begin; item < end; ++item) {
+      const Tile tile = tile_at(item / parts);
+      const int64_t part = item % parts;
+      fn(ctx, tile, part * part_len, (part + 1) * part_len, area, m, l, o);
+      const int64_t lanes = tile.nr * tile.ng;
+      if (parts == 1) {
+        for (int64_t ln = 0; ln < lanes; ++ln) {
+          const int64_t t = tile.t0 + ln / tile.ng, h = tile.h0 + ln % tile.ng;
+          const __m512 inv = _mm512_set1_ps(1.0f / l[ln]);
+          float* dst = out + (t * n_head + h) * hd;
+          for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_load_ps(o + ln * hd + d), inv));
+        }
+      } else {
+        float* dst = partial.data() + item * part_stride;
+        std::memcpy(dst, o, lanes * hd * sizeof(float));
+        std::memcpy(dst + kTileLanes * hd, m, lanes * sizeof(float));
+        std::memcpy(dst + kTileLanes * (hd + 1), l, lanes * sizeof(float));
+      }
+    }
+  }, ThreadPool::grain_for(work_per_item, ThreadPool::kMinWorkPerThread));
+  if (parts == 1) return;
+
+  // Merge: out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) l_p, M the largest m_p.
+  pool.parallel_for(n_tiles, [&](int64_t begin, int64_t end, int) {
+    for (int64_t ti = begin; ti < end; ++ti) {
+      const Tile tile = tile_at(ti);
+      const float* base = partial.data() + ti * parts * part_stride;
+      for (int64_t ln = 0; ln < tile.nr * tile.ng; ++ln) {
+        float big = -INFINITY;
+        for (int64_t p = 0; p < parts; ++p) big = std::max(big, base[p * part_stride + kTileLanes * hd + ln]);
+        float sum = 0.0f;
+        float w[64];
+        CHECK_LE(parts, 64);
+        for (int64_t p = 0; p < parts; ++p) {
+          const float mp = base[p * part_stride + kTileLanes * hd + ln];
+          w[p] = mp == -INFINITY ? 0.0f : std::exp(mp - big);
+          sum += w[p] * base[p * part_stride + kTileLanes * (hd + 1) + ln];
+        }
+        const int64_t t = tile.t0 + ln / tile.ng, h = tile.h0 + ln % tile.ng;
+        float* dst = out + (t * n_head + h) * hd;
+        for (int64_t d = 0; d < hd; d += 16) {
+          __m512 acc = _mm512_setzero_ps();
+          for (int64_t p = 0; p < parts; ++p) {
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), _mm512_loadu_ps(base + p * part_stride + ln * hd + d), acc);
+          }
+          _mm512_storeu_ps(dst + d, _mm512_mul_ps(acc, _mm512_set1_ps(1.0f / sum)));
+        }
+      }
+    }
+  });
+}
+
+}  // namespace pagoda::kernels::detail
