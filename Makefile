@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 PAGODA_TEST_DATA ?= $(abspath ../shared)
 export PAGODA_TEST_DATA
 
-.PHONY: all deps configure build run test bench clean asan-test
+.PHONY: all deps configure build run test bench clean asan-test fuzz fuzz-seeds sanitize soak
 
 all: build
 
@@ -24,12 +24,32 @@ PORT ?= 8080
 run: build
 	$(BUILD_DIR)/bin/pagoda serve --port $(PORT)
 
-# Include-direction check, the parser tests under AddressSanitizer, then every test (ctest last,
-# so its summary closes the log).
+# Include-direction check, the parser tests under AddressSanitizer, every fuzz harness over its
+# corpus and for FUZZ_CI_SECONDS, then every test (ctest last, so its summary closes the log).
+FUZZ_CI_SECONDS ?= 5
 test: build
 	@bash scripts/check_includes.sh
 	@JOBS=$(JOBS) bash scripts/asan_parser_tests.sh
+	@JOBS=$(JOBS) bash scripts/fuzz.sh --seconds $(FUZZ_CI_SECONDS)
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
+# libFuzzer harnesses (FUZZING.md): each over its corpus, then SECONDS of fuzzing each.
+SECONDS ?= 60
+fuzz:
+	@JOBS=$(JOBS) bash scripts/fuzz.sh --seconds $(SECONDS)
+
+# Regenerates the seed corpora (fuzz/corpus/*/seed-*) from fuzz/make_seeds.cpp.
+fuzz-seeds:
+	@JOBS=$(JOBS) bash scripts/fuzz.sh --seconds 0 --make-seeds
+
+# The unit suite under ASan + UBSan and the threaded modules' tests under TSan (scripts/sanitize.sh).
+sanitize: deps
+	@JOBS=$(JOBS) bash scripts/sanitize.sh
+
+# bench/soak.sh for MINUTES minutes against a loopback server.
+MINUTES ?= 2
+soak: build
+	bench/soak.sh --minutes $(MINUTES)
+
 clean:
-	rm -rf $(BUILD_DIR) build-asan
+	rm -rf $(BUILD_DIR) build-asan build-fuzz build-tsan

@@ -9,9 +9,12 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libicu-dev libutf8proc-dev
   libxxhash-dev liburing-dev   # block record checksums; the SSD tier's asynchronous I/O
+  libssl-dev                   # SHA-256 block hashes (--kv-hash sha256)
+  clang libclang-rt-14-dev     # the libFuzzer harnesses (fuzz/, scripts/fuzz.sh): clang 14 and its libFuzzer runtime
   libzmq3-dev libmsgpack-cxx-dev  # KV events: ZeroMQ PUB/ROUTER/SUB, msgpack in vLLM's layout
   libhiredis-dev liblz4-dev libzstd-dev   # the Redis tier's client and its record compression
   redis-server redis-tools     # the Redis tier's tests start their own servers and clusters
+  libucx-dev ucx-utils         # P/D disaggregation: KV blocks over UCX; ucx_perftest for the benchmark
   prometheus   # promtool validates /metrics; a live Prometheus scrapes the server in a test
   curl         # the serve test runs the curl line `pagoda serve` prints
   chromium fonts-dejavu-core   # the dashboard test drives headless Chromium (puppeteer-core)

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,13 +27,19 @@ class PagodaProcess {
     err_path_ = "/tmp/pagoda-process-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".err";
     int out[2];
     CHECK(pipe(out) == 0);
+    const pid_t parent = getpid();
     pid_ = fork();
     CHECK(pid_ >= 0);
     if (pid_ == 0) {
+      // The child dies with its test (a test killed by a timeout leaves no server behind), and
+      // keeps none of the test's other descriptors: an inherited one (`heavy`'s lock file, a
+      // pipe) would outlive the test in an orphaned server.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
       dup2(out[1], STDOUT_FILENO);
       const int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(err, STDERR_FILENO);
-      close(out[0]);
+      close_range(3, ~0U, 0);
       const std::string cmd = "exec " + std::string(PAGODA_BIN_DIR) + "/pagoda " + args;
       execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
       _exit(127);

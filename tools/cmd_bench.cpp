@@ -161,7 +161,8 @@ void register_bench(CLI::App& app, const Clock& clock, Logger& logger, int& exit
   add_engine_options(*cmd, options->engine);
   cmd->add_option("-p,--n-prompt", options->n_prompt, "prompt tokens for the prefill test")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("-n,--n-gen", options->n_gen, "tokens for the decode test")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  cmd->add_option("-d,--depth", options->depth, "decode test: tokens in the KV cache before decoding (an untimed prompt)")
+  cmd->add_option("-d,--depth,--decode-context", options->depth,
+                  "decode test: tokens in the KV cache before decoding (an untimed prompt)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("-r,--reps", options->reps, "repetitions (median reported)")->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", options->json, "print one JSON object");

@@ -51,6 +51,7 @@ kvcache::KvModelSpec to_planner_spec(const model::KvSpec& m) {
   s.layer_is_sliding = m.layer_is_sliding;
   s.max_context = m.max_context;
   s.weight_bytes = m.weight_bytes;
+  s.n_kv_layers = m.n_kv_layers;
   return s;
 }
 
@@ -144,7 +145,7 @@ void print_json(const ResolvedModel& m, const kvcache::CapacityPlan& plan, const
   const kvcache::KvModelSpec& s = m.spec;
   json j;
   j["model"] = {{"name", s.name}, {"source", m.source}, {"attention", std::string(s.attention_kind())},
-                {"n_layer", s.n_layer}, {"n_head", s.n_head}, {"n_kv_head", s.n_kv_head}, {"head_dim", s.head_dim},
+                {"n_layer", s.n_layer}, {"n_kv_layers", s.kv_layers()}, {"n_head", s.n_head}, {"n_kv_head", s.n_kv_head}, {"head_dim", s.head_dim},
                 {"kv_lora_rank", s.kv_lora_rank}, {"qk_rope_head_dim", s.qk_rope_head_dim},
                 {"sliding_window", s.sliding_window}, {"num_sliding_layers", s.num_sliding_layers()},
                 {"max_context", s.max_context}};
@@ -187,6 +188,10 @@ void print_header(const ResolvedModel& m, const kvcache::CapacityPlan& plan, boo
   } else {
     std::printf("shape     %lld layers, %lld query heads, %lld kv heads (%s), head dim %lld\n", (long long)s.n_layer,
                 (long long)s.n_head, (long long)s.n_kv_head, std::string(s.attention_kind()).c_str(), (long long)s.head_dim);
+  }
+  if (s.kv_layers() < s.n_layer) {
+    std::printf("sharing   cross-layer KV: %lld of %lld layers own K/V blocks (saves %.0f%% of the KV)\n",
+                (long long)s.kv_layers(), (long long)s.n_layer, 100.0 * (1.0 - double(s.kv_layers()) / double(s.n_layer)));
   }
   if (s.num_sliding_layers() > 0) {
     std::printf("window    %lld tokens on %lld of %lld layers\n", (long long)s.sliding_window,

@@ -36,8 +36,22 @@ void print_config(const model::ModelConfig& c) {
   }
   if (c.sliding_window > 0) std::printf("sliding window  %lld\n", (long long)c.sliding_window);
   std::printf("rms eps         %g\n", c.rms_eps);
+  if (c.is_mla()) {
+    std::printf("MLA             latent %lld + rope key %lld cached per token; q %s; heads qk %lld + %lld, v %lld\n",
+                (long long)c.kv_lora_rank, (long long)c.qk_rope_dim,
+                c.q_lora_rank > 0 ? ("LoRA rank " + std::to_string(c.q_lora_rank)).c_str() : "plain",
+                (long long)c.qk_nope_dim, (long long)c.qk_rope_dim, (long long)c.v_head_dim);
+    std::printf("KV bytes/token  %lld (f32), %lld (f16)  = %lld layers x %lld latent values x dtype (K only)\n",
+                (long long)c.kv_bytes_per_token(4), (long long)c.kv_bytes_per_token(2), (long long)c.n_kv_layers(),
+                (long long)c.kv_cache_head_dim());
+    return;
+  }
+  if (c.n_kv_layers() < c.n_layer) {
+    std::printf("KV sharing      %lld of %lld layers own K/V (attention.kv_source_layer)\n", (long long)c.n_kv_layers(),
+                (long long)c.n_layer);
+  }
   std::printf("KV bytes/token  %lld (f32), %lld (f16)  = 2 x %lld layers x %lld kv heads x %lld dims x dtype\n",
-              (long long)c.kv_bytes_per_token(4), (long long)c.kv_bytes_per_token(2), (long long)c.n_layer,
+              (long long)c.kv_bytes_per_token(4), (long long)c.kv_bytes_per_token(2), (long long)c.n_kv_layers(),
               (long long)c.n_kv_head, (long long)c.head_dim);
 }
 
@@ -105,9 +119,14 @@ int info(const std::string& path, const std::string& tokenizer_path, bool all_ke
 }
 
 int make_model(const std::string& shape_name, const std::string& dtype_name_str, const std::string& out, uint64_t seed,
-               bool quiet) {
+               bool quiet, int64_t cla) {
   auto shape = model::find_model_shape(shape_name);
   if (!shape.is_ok()) return fail(shape.status());
+  if (cla < 0 || cla == 1 || cla > shape->n_layer) {
+    return fail(Status::invalid_argument("--cla must be >= 2 and at most the layer count (" +
+                                         std::to_string(shape->n_layer) + ")"));
+  }
+  shape->cla = cla;
   auto mix = model::find_weight_mix(dtype_name_str);
   if (!mix.is_ok()) return fail(mix.status());
   ProgressBar bar("make-model " + shape_name + " layers", !quiet, /*bytes=*/false);
@@ -166,16 +185,19 @@ void register_make_model(CLI::App& app, int& exit_code) {
     std::string shape = "tiny", dtype = "f32", out;
     uint64_t seed = 1234;
     bool quiet = false;
+    int64_t cla = 0;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("make-model", "write a random-weight GGUF of a named shape");
-  cmd->add_option("--shape", o->shape, "default, tiny, llama-110m, tinyllama-1.1b");
+  cmd->add_option("--shape", o->shape, "default, tiny, llama-110m, tinyllama-1.1b, tiny-mla, tiny-mla-q, dsv2-lite, dsv2-lite-gqa, dsv2-mini, dsv2-mini-gqa");
   cmd->add_option("--dtype", o->dtype,
                   "weights: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or a llama.cpp mix: q4_k_m, q5_k_m");
   cmd->add_option("-o,--output", o->out, "output .gguf")->required();
   cmd->add_option("--seed", o->seed, "weights seed");
   cmd->add_flag("-q,--quiet", o->quiet, "no progress bar (drawn only when stderr is a terminal)");
-  cmd->callback([o, &exit_code] { exit_code = make_model(o->shape, o->dtype, o->out, o->seed, o->quiet); });
+  cmd->add_option("--cla", o->cla,
+                  "cross-layer KV sharing: groups of N layers read the first one's K/V (attention.kv_source_layer)");
+  cmd->callback([o, &exit_code] { exit_code = make_model(o->shape, o->dtype, o->out, o->seed, o->quiet, o->cla); });
 }
 
 void register_convert(CLI::App& app, int& exit_code) {

@@ -1,4 +1,5 @@
-// pagoda perplexity: perplexity of a text, and with a non-f32 KV cache, how far its
+// pagoda perplexity: perplexity of a text, and with a non-f32 KV cache or a StreamingLLM window
+// (--kv-window), how far its
 // next-token distributions drift from an f32-cache run of the same model (like llama.cpp's
 // llama-perplexity --kl-divergence).
 //
@@ -49,11 +50,14 @@ int perplexity(const PerplexityOptions& o, const Clock& clock, Logger& logger) {
   if (!loaded.is_ok()) return fail(loaded.status());
   engine::Engine& eng = *loaded->engine;
   const model::Tokenizer& tok = *loaded->tokenizer;
-  const bool compare = eo.kv_dtype != "f32";
+  // Against the full f32 cache: a quantized KV format or a StreamingLLM window (--kv-window).
+  const bool compare = eo.kv_dtype != "f32" || eo.kv_window > 0;
   std::unique_ptr<engine::Engine> baseline;
   if (compare) {
     EngineOptions bo = eo;
     bo.kv_dtype = "f32";
+    bo.kv_window = 0;
+    bo.kv_sinks = 0;
     auto config = engine_config_from(bo);
     if (!config.is_ok()) return fail(config.status());
     auto b = engine::Engine::create(eng.shared_model(), *config, clock, logger);

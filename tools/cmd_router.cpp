@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
@@ -25,6 +26,7 @@ struct RouterOptions {
   std::string model_path;
   std::string tokenizer_path;
   std::vector<std::string> workers;
+  std::vector<std::string> prefill, decode;  // P/D disaggregation
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string policy = "kv-aware";
@@ -34,6 +36,8 @@ struct RouterOptions {
   double request_timeout_s = 600;
   std::string chat_template;
   std::string worker_api_key;
+  std::vector<std::string> api_keys;
+  bool no_dashboard = false;
   int http_threads = 256;
   int64_t max_body_bytes = 8 << 20;
   bool verbose = false;
@@ -59,13 +63,24 @@ int run_router(const RouterOptions& o, const Clock& clock, Logger& logger) {
   config.health_interval_s = o.health_interval_s;
   config.request_timeout_s = o.request_timeout_s;
   config.worker_api_key = o.worker_api_key;
+  config.api_keys = o.api_keys;
+  config.dashboard = !o.no_dashboard;
   config.http_threads = o.http_threads;
   config.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   std::vector<router::WorkerAddress> workers;
-  for (const std::string& url : o.workers) {
+  std::vector<std::string> urls = o.workers;
+  urls.insert(urls.end(), o.decode.begin(), o.decode.end());  // decode workers are the routed ones
+  if (urls.empty()) return fail(Status::invalid_argument("give --worker URL (or --prefill URL --decode URL)"));
+  if (!o.prefill.empty() && o.decode.empty()) return fail(Status::invalid_argument("--prefill needs --decode URL"));
+  for (const std::string& url : urls) {
     auto a = router::parse_worker_url(url);
     if (!a.is_ok()) return fail(a.status());
     workers.push_back(*a);
+  }
+  for (const std::string& url : o.prefill) {
+    auto a = router::parse_worker_url(url);
+    if (!a.is_ok()) return fail(a.status());
+    config.prefill_workers.push_back(*a);
   }
   auto loaded = load_tokenizer(o.model_path, o.tokenizer_path);
   if (!loaded.is_ok()) return fail(loaded.status());
@@ -78,16 +93,25 @@ int run_router(const RouterOptions& o, const Clock& clock, Logger& logger) {
   if (!port.is_ok()) return fail(port.status());
   router.start();
   std::printf("pagoda router: %s policy over %zu workers at http://%s:%d\n", router::routing_policy_name(config.policy),
-              o.workers.size(), o.host.c_str(), *port);
+              urls.size(), o.host.c_str(), *port);
+  if (!o.prefill.empty()) {
+    std::printf("  P/D: prompts prefilled on %zu prefill workers, decoded on %zu decode workers\n", o.prefill.size(),
+                o.decode.size());
+  }
+  if (config.dashboard) std::printf("  dashboard: http://%s:%d/dashboard   (workers, routing, live)\n", o.host.c_str(), *port);
   std::fflush(stdout);
+  std::atomic<bool> stopping{false};
   std::thread listener([&] {
     router.listen();
-    kill(getpid(), SIGTERM);  // stopped on its own: wake the main thread
+    // Stopped on its own: wake the main thread (not after a signal: a second SIGTERM would stay
+    // pending and end the process with 143 instead of 0).
+    if (!stopping) kill(getpid(), SIGTERM);
   });
   int signal_number = 0;
   while (sigwait(&signals, &signal_number) != 0) {
   }
   logger.info("pagoda router: stopping");
+  stopping = true;
   router.stop();
   listener.join();
   return 0;
@@ -102,7 +126,11 @@ void register_router(CLI::App& app, const Clock& clock, Logger& logger, int& exi
                   "the workers' model (GGUF, vocab-only GGUF, llama2.c checkpoint or Hugging Face folder): its "
                   "tokenizer and chat template (default: the built-in model)");
   cmd->add_option("--tokenizer", o->tokenizer_path, "tokenizer.bin for a llama2.c checkpoint");
-  cmd->add_option("--worker", o->workers, "a worker's base URL, http://HOST:PORT (repeatable)")->required();
+  cmd->add_option("--worker", o->workers, "a worker's base URL, http://HOST:PORT (repeatable)");
+  cmd->add_option("--prefill", o->prefill,
+                  "P/D: a `pagoda serve --role prefill` worker's URL (repeatable); needs --decode");
+  cmd->add_option("--decode", o->decode,
+                  "P/D: a `pagoda serve --role decode` worker's URL (repeatable); requests stream from these");
   cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", o->port, "TCP port (0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--policy", o->policy, "kv-aware | round-robin | least-load")
@@ -124,7 +152,11 @@ void register_router(CLI::App& app, const Clock& clock, Logger& logger, int& exi
                   "chat template family as the workers use it (default: from the model, else chatml)");
   cmd->add_option("--worker-api-key", o->worker_api_key,
                   "the key the router presents on its own calls to workers started with --api-key");
-  cmd->add_option("--http-threads", o->http_threads, "client connections served at once")->check(CLI::Range(1, 4096));
+  cmd->add_option("--api-key", o->api_keys,
+                  "accept only clients with \"Authorization: Bearer KEY\" on /v1 and /router routes (repeatable; "
+                  "the key is forwarded, so give the workers the same keys)");
+  cmd->add_flag("--no-dashboard", o->no_dashboard, "do not serve the live dashboard at /dashboard");
+  cmd->add_option("--http-threads", o->http_threads, "client connections served at once; one more gets 503 \"too many connections\"")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 beyond)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 31));
   cmd->add_flag("-v,--verbose", o->verbose, "log more");

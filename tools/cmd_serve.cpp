@@ -11,11 +11,15 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <thread>
 
+#include "engine/pd_coordinator.h"
+#include "engine/pinning.h"
 #include "engine/serving.h"
+#include "model/prompt_tokens.h"
 #include "events/kv_event_publisher.h"
 #include "server/http_server.h"
 #include "tools/chat_template_choice.h"
@@ -41,12 +45,34 @@ struct ServeOptions {
   int64_t max_num_batched_tokens = 512;
   int64_t max_waiting = 256;
   int max_choices = 16;
-  int http_threads = 64;
+  int http_threads = 512;
+  int http_read_timeout = 5;
   int64_t max_body_bytes = 8 << 20;
   double drain_timeout_s = 30;
   std::string kv_events_config;  // vLLM's --kv-events-config JSON; "" = no events
   bool no_dashboard = false;
+  // P/D disaggregation (engine/pd_coordinator.h).
+  std::string role = "both";
+  int kv_transfer_port = -1;     // -1: no KV transfer agent unless the role needs one; 0: any port
+  double kv_lease_s = 30;
+  double kv_transfer_timeout_s = 10;
+  std::string ucx_tls;           // "" : UCX_TLS from the environment, else tcp,self on lo
+  std::string ucx_net_devices;
+  double max_pinned_share = 0.5;         // of the pool that pins may hold (POST /v1/cache/pin)
+  std::vector<std::string> pin_prompts;  // files whose text is pinned at start-up
 };
+
+// The UCX settings of the KV transfer: flags first, then the environment (UCX reads UCX_* itself),
+// else loopback TCP, which works in every container (sm needs ptrace rights or a shared /dev/shm).
+std::vector<std::pair<std::string, std::string>> ucx_options(const ServeOptions& o) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const bool env_tls = std::getenv("UCX_TLS") != nullptr;
+  if (!o.ucx_tls.empty()) out.emplace_back("TLS", o.ucx_tls);
+  else if (!env_tls) out.emplace_back("TLS", "tcp,self");
+  if (!o.ucx_net_devices.empty()) out.emplace_back("NET_DEVICES", o.ucx_net_devices);
+  else if (!env_tls && std::getenv("UCX_NET_DEVICES") == nullptr && o.ucx_tls.empty()) out.emplace_back("NET_DEVICES", "lo");
+  return out;
+}
 
 std::string served_name(const ServeOptions& o, const engine::Engine& eng) {
   if (!o.model_name.empty()) return o.model_name;
@@ -106,6 +132,42 @@ bool drain(const engine::ServingEngine& serving, double timeout_s) {
   return false;
 }
 
+Result<std::string> read_pin_prompt(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return Status::invalid_argument("--pin-prompt " + path + ": cannot open it");
+  std::string text;
+  char buf[65536];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0 && text.size() < (size_t{64} << 20)) text.append(buf, n);
+  std::fclose(f);
+  if (text.size() >= (size_t{64} << 20)) return Status::invalid_argument("--pin-prompt " + path + ": larger than 64 MiB");
+  if (text.empty()) return Status::invalid_argument("--pin-prompt " + path + ": the file is empty");
+  return text;
+}
+
+// --pin-prompt: each file's text, tokenized as a completion prompt, computed and pinned (no ttl,
+// no salt) before the server takes requests.
+Status pin_at_start(engine::ServingEngine& engine, const model::Tokenizer& tokenizer,
+                    const std::vector<std::pair<std::string, std::string>>& files, bool salt_per_api_key,
+                    const Logger& logger) {
+  engine::CachePinner* pinner = engine.pinner();
+  if (pinner == nullptr) return Status::error("--pin-prompt: this engine cannot pin prefixes");
+  if (salt_per_api_key) {
+    logger.warn("--pin-prompt with --salt-per-api-key: start-up pins are unsalted, so keyed requests do not hit them");
+  }
+  for (const auto& [path, text] : files) {
+    engine::PinRequest request;
+    request.prompt = model::encode_prompt(tokenizer, text);
+    request.label = path;
+    auto pinned = engine::pin_and_wait(*pinner, std::move(request));
+    if (!pinned.is_ok()) return pinned.status().with_context("--pin-prompt " + path);
+    logger.info("pinned " + path + ": " + std::to_string(pinned->pinned_tokens) + " of its " +
+                std::to_string(pinned->prompt_tokens) + " tokens in " + std::to_string(pinned->blocks.size()) +
+                " KV blocks (pin-" + std::to_string(pinned->id) + ")");
+  }
+  return Status::ok();
+}
+
 int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   if (!o.engine.verbose) logger.set_level(LogLevel::kInfo);
   sigset_t signals;
@@ -120,6 +182,12 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
     auto parsed = events::parse_kv_events_config(o.kv_events_config);
     if (!parsed.is_ok()) return fail(parsed.status());
     kv_events = *parsed;
+  }
+  std::vector<std::pair<std::string, std::string>> pin_files;  // (path, text): bad files fail before loading
+  for (const std::string& path : o.pin_prompts) {
+    auto text = read_pin_prompt(path);
+    if (!text.is_ok()) return fail(text.status());
+    pin_files.emplace_back(path, std::move(text).value());
   }
   auto loaded = load_engine(o.engine, clock, logger);
   if (!loaded.is_ok()) return fail(loaded.status());
@@ -152,7 +220,9 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   config.limits.vocab_size = tokenizer->vocab_size();
   config.limits.max_context = eng.max_context();
   config.limits.max_choices = o.max_choices;
-  config.limits.max_total_tokens = eng.kv_plan().token_capacity;
+  // Windowed sequences (StreamingLLM, sliding-window models) hold a bounded window, not their
+  // whole length: their budget is the context per choice rather than the pool.
+  config.limits.max_total_tokens = eng.windowed() ? o.max_choices * eng.max_context() : eng.kv_plan().token_capacity;
   // End of text: EOS, and BOS (llama2.c-trained models mark a new story with BOS), as `run` does.
   for (int32_t id : {tokenizer->eos_id(), tokenizer->bos_id()}) {
     if (id >= 0) config.end_of_text_ids.push_back(id);
@@ -162,6 +232,7 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   config.dashboard = !o.no_dashboard;
   config.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   config.http_threads = o.http_threads;
+  config.read_timeout_s = o.http_read_timeout;
   config.seed = std::random_device{}();
   config.kv_events = publisher.get();
   {
@@ -180,15 +251,45 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   serving_config.max_num_seqs = o.max_num_seqs;
   serving_config.max_num_batched_tokens = o.max_num_batched_tokens;
   serving_config.max_waiting = o.max_waiting;
+  serving_config.max_pinned_share = o.max_pinned_share;
   const std::string eng_description = describe_model(eng);
   auto serving = engine::ServingEngine::create(std::move(loaded->engine), tokenizer, serving_config);
   if (!serving.is_ok()) return fail(serving.status());
   engine::ServingEngine& engine = **serving;
 
+  const auto role = engine::pd_role_from_name(o.role);
+  if (!role) return fail(Status::invalid_argument("--role must be prefill, decode or both"));
+  std::unique_ptr<engine::PdCoordinator> pd;  // destroyed before the engine (it pins blocks)
+  if (*role != engine::PdRole::kBoth || o.kv_transfer_port >= 0) {
+    engine::PdConfig pd_config;
+    pd_config.role = *role;
+    pd_config.engine_id = config.instance_id;
+    pd_config.lease_s = o.kv_lease_s;
+    pd_config.transfer_timeout_s = o.kv_transfer_timeout_s;
+    pd_config.ucx.host = o.host;
+    pd_config.ucx.port = std::max(0, o.kv_transfer_port);
+    pd_config.ucx.ucx_options = ucx_options(o);
+    auto created = engine::PdCoordinator::create(engine, pd_config, clock, logger);
+    if (!created.is_ok()) return fail(created.status());
+    pd = std::move(created).value();
+    std::string tls;
+    for (const auto& [k, v] : pd_config.ucx.ucx_options) tls += " UCX_" + k + "=" + v;
+    logger.info(std::string("P/D: role ") + engine::pd_role_name(*role) + ", KV transfer (UCX) on " + o.host + ":" +
+                std::to_string(pd->transfer_port()) + (tls.empty() ? " (UCX settings from the environment)" : tls) +
+                ", lease " + std::to_string(o.kv_lease_s) + " s");
+  }
+  config.pd = pd.get();
+
   server::HttpServer http(engine, std::move(chat_template).value(), config, logger);
   auto port = http.bind();
   if (!port.is_ok()) return fail(port.status());
   engine.start();
+  if (!pin_files.empty()) {
+    if (Status pinned = pin_at_start(engine, *tokenizer, pin_files, o.salt_per_api_key, logger); !pinned.is_ok()) {
+      engine.shutdown(false);
+      return fail(pinned);
+    }
+  }
   const std::string url = "http://" + o.host + ":" + std::to_string(*port);
   print_welcome(o, config, eng_description, url);
 
@@ -207,6 +308,7 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   engine.shutdown(drained);
   http.stop();
   listener.join();
+  pd.reset();  // ends the leases (drops their pins) before the engine goes
   if (publisher != nullptr) publisher->stop();  // sends what the last steps announced
   logger.info("pagoda serve: stopped");
   return 0;
@@ -227,12 +329,15 @@ void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit
                   "chat template family: " + server::chat_family_names() + " (default: from the model, else chatml)");
   cmd->add_option("--model-name", options->model_name, "the model's name in the API (default: the file stem; the built-in model: its general.name)");
   cmd->add_option("--max-num-seqs", options->max_num_seqs, "sequences per engine step")->check(CLI::Range(1, 4096));
+  cmd->add_option("--http-read-timeout", options->http_read_timeout,
+                  "seconds a connection may stay silent (idle, or mid-request) before it is closed")
+      ->check(CLI::Range(1, 3600));
   cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens, "tokens per engine step")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-waiting", options->max_waiting, "queued requests beyond which the server answers 429")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-choices", options->max_choices, "n x prompts per request")->check(CLI::Range(1, 1024));
-  cmd->add_option("--http-threads", options->http_threads, "connections served at once")->check(CLI::Range(1, 4096));
+  cmd->add_option("--http-threads", options->http_threads, "connections served at once; one more gets 503 \"too many connections\"")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-body", options->max_body_bytes, "largest request body in bytes (413 beyond)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 31));
   cmd->add_option("--drain-timeout", options->drain_timeout_s, "seconds in-flight requests get to finish on SIGTERM")
@@ -242,6 +347,29 @@ void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit
                   "\"replay_endpoint\":\"tcp://*:5558\",\"topic\":\"\"} (also publisher, buffer_steps, hwm, "
                   "max_queue_size; Pagoda's \"encoding\": \"map\" | \"array\")");
   cmd->add_flag("--no-dashboard", options->no_dashboard, "do not serve the live dashboard at /dashboard");
+  cmd->add_option("--role", options->role,
+                  "P/D disaggregation: prefill (compute prompts, lend their KV), decode (pull the KV, generate) or both")
+      ->check(CLI::IsMember({"prefill", "decode", "both"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-transfer-port", options->kv_transfer_port,
+                  "UCX listener port of the KV transfer (0: any; default: any when --role is prefill or decode)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--kv-lease", options->kv_lease_s, "seconds a prefill worker holds lent KV blocks for the decode side")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--kv-transfer-timeout", options->kv_transfer_timeout_s,
+                  "seconds a decode worker waits for one KV pull before computing the prompt itself")
+      ->check(CLI::Range(0.001, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--ucx-tls", options->ucx_tls,
+                  "UCX transports of the KV transfer (UCX_TLS), e.g. tcp,self or sm,self (default: $UCX_TLS, else tcp,self)");
+  cmd->add_option("--ucx-net-devices", options->ucx_net_devices,
+                  "UCX_NET_DEVICES for tcp (default: $UCX_NET_DEVICES, else lo when no transport is given)");
+  cmd->add_option("--max-pinned-share", options->max_pinned_share,
+                  "share of the KV pool's blocks that pins (POST /v1/cache/pin, --pin-prompt) may hold; 0: no pinning")
+      ->check(CLI::Range(0.0, 0.95));
+  cmd->add_option("--pin-prompt", options->pin_prompts,
+                  "pin this file's text (a completion prompt) in the KV pool at start-up, until unpinned (repeatable)");
   cmd->callback([options, &clock, &logger, &exit_code] { exit_code = serve(*options, clock, logger); });
 }
 

@@ -1,5 +1,6 @@
 #include <cstdio>
 
+#include "kvcache/block_hash.h"
 #include "kvcache/eviction.h"
 #include "kvcache/kv_layout.h"
 #include "model/llama_model.h"
@@ -26,6 +27,10 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "do not reuse cached KV of earlier prompts");
   app.add_option("--eviction", o.eviction, "which cached KV blocks go first when memory is needed")
       ->check(CLI::IsMember({"lru", "lfu", "priority"}));
+  app.add_option("--kv-hash", o.kv_hash,
+                 "block hash of the prefix cache: xxh64 (fast), or sha256 (collision-resistant: tenants cannot craft "
+                 "another's block names); instances and routers that share blocks must agree")
+      ->check(CLI::IsMember({"xxh64", "sha256"}));
   app.add_option("--kv-window", o.kv_window,
                  "StreamingLLM: keep the last W tokens (plus the sinks) in the KV cache and generate past its size; "
                  "rounded up to whole blocks, at least 2")
@@ -51,6 +56,7 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
   config.kv_layout = *kv_layout;
   config.enable_prefix_caching = !o.no_prefix_cache;
   config.eviction = *kvcache::eviction_policy_from_name(o.eviction);
+  config.kv_hash = *kvcache::block_hash_scheme_from_flag(o.kv_hash);
   if (config.kv_layout == kernels::KvLayoutKind::kNZ) {  // fail before loading the model
     if (kernels::kv_dtype_is_quantized(config.kv_dtype)) {
       return Status::error("--kv-layout nz needs --kv-dtype f32, f16 or bf16, not " + o.kv_dtype);

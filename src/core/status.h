@@ -23,6 +23,7 @@ enum class StatusCode {
   kTooLarge,          // longer than the context or larger than the KV pool (HTTP 413)
   kUnavailable,       // overloaded or shutting down: retry later (HTTP 429/503)
   kAborted,           // cancelled by the caller
+  kResourceExhausted, // a configured bound is full (e.g. the pinned share of the KV pool; HTTP 507)
 };
 
 class [[nodiscard]] Status {
@@ -36,6 +37,9 @@ class [[nodiscard]] Status {
   static Status too_large(std::string message) { return Status(StatusCode::kTooLarge, std::move(message)); }
   static Status unavailable(std::string message) { return Status(StatusCode::kUnavailable, std::move(message)); }
   static Status aborted(std::string message) { return Status(StatusCode::kAborted, std::move(message)); }
+  static Status resource_exhausted(std::string message) {
+    return Status(StatusCode::kResourceExhausted, std::move(message));
+  }
 
   bool is_ok() const { return code_ == StatusCode::kOk; }
   explicit operator bool() const { return is_ok(); }

@@ -46,9 +46,10 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   e->max_batch_tokens_ = std::min(config.max_batch_tokens, e->max_context_);
 
   kvcache::KvLayout layout;
-  layout.n_layer = mc.n_layer;
-  layout.n_kv_head = mc.n_kv_head;
-  layout.head_dim = mc.head_dim;
+  layout.n_layer = mc.n_kv_layers();  // CLA: only layers that own K/V have blocks
+  layout.n_kv_head = mc.kv_cache_heads();  // MLA: one latent "head" of kv_lora_rank + rope dim, K only
+  layout.head_dim = mc.kv_cache_head_dim();
+  layout.k_only = mc.is_mla();
   layout.block_size = config.block_size;
   layout.dtype = config.kv_dtype;
   layout.layout = config.kv_layout;
@@ -56,6 +57,10 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   if (config.kv_window < 0 || config.kv_sinks < 0) return Status::error("--kv-window and --kv-sinks must be >= 0");
   if (config.kv_window == 0 && config.kv_sinks > 0) return Status::error("--kv-sinks needs --kv-window");
   if (config.kv_window > 0) {
+    if (mc.is_mla()) {
+      return Status::error("--kv-window re-rotates cached keys, which an MLA model's latent cache does not "
+                           "support yet; serve " + mc.arch_name + " without --kv-window");
+    }
     if (layout.dtype == kernels::KvDType::kInt4) {
       return Status::error("--kv-window re-rotates cached K, which int4 KV cannot do (per-block K scales); "
                            "use --kv-dtype f32, f16, bf16, int8 or fp8");
@@ -81,13 +86,16 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   e->pool_ = std::make_unique<kvcache::BlockPool>(std::move(pool));
   kvcache::BlockManagerOptions manager_options;
   manager_options.eviction = config.eviction;
+  manager_options.hash_fn = kvcache::block_hash_fn(config.kv_hash);
   e->blocks_ = std::make_unique<kvcache::BlockManager>(*e->pool_, manager_options);
   e->config_ = config;
   e->model_fingerprint_ = engine::model_fingerprint(model->file());
   e->kv_format_key_ = kvcache::hash_string(std::string(kernels::kv_dtype_name(layout.dtype)) + "/" +
                                            std::string(kernels::kv_layout_name(layout.layout)) + "/" +
                                            std::to_string(layout.block_size));
-  for (int64_t l = 0; l < mc.n_layer; ++l) e->kv_views_.push_back(e->pool_->layer_view(l));
+  for (int64_t l = 0; l < mc.n_layer; ++l) {
+    e->kv_views_.push_back(e->pool_->layer_view(mc.kv_cache_layer.empty() ? l : mc.kv_cache_layer[l]));
+  }
   logger.info(kvcache::describe_kv_pool(layout, e->plan_));
 
   const int threads = config.num_threads > 0 ? config.num_threads : ThreadPool::hardware_threads();

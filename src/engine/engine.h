@@ -47,6 +47,7 @@ struct EngineConfig {
   int64_t max_context = 0;               // 0: the model's training context
   bool enable_prefix_caching = true;     // reuse cached KV of earlier prompts' full blocks
   kvcache::EvictionPolicyKind eviction = kvcache::EvictionPolicyKind::kLru;
+  kvcache::BlockHashScheme kv_hash = kvcache::BlockHashScheme::kXxh64;  // --kv-hash (block_hash.h)
   // StreamingLLM (--kv-window W --kv-sinks S): each sequence keeps its first S tokens (the
   // attention sinks) and its last W tokens in the cache; before a step would exceed S + W, the
   // oldest non-sink block is dropped and the K of every later block re-rotated by -block_size
@@ -186,6 +187,13 @@ class Engine {
   const Clock& clock() const { return *clock_; }
   // Sequences drop or release blocks (StreamingLLM, sliding-window models).
   bool windowed() const { return windowed_seqs(); }
+  // For a scheduler of windowed sequences (SchedulerOptions::Windows): StreamingLLM's sinks and
+  // window in tokens (0: not streaming), the most KV tokens one sequence holds at once (0: no
+  // bound but its length) and the most rows of one prefill chunk.
+  int64_t stream_sinks() const { return kv_sinks_; }
+  int64_t stream_window() const { return kv_window_; }
+  int64_t kv_token_cap() const { return windowed_seqs() ? kv_tokens_needed(int64_t{1} << 40) : 0; }
+  int64_t max_prefill_chunk() const { return prefill_chunk(); }
   int num_threads() const { return pool_threads_->num_threads(); }
 
  private:

@@ -1,6 +1,8 @@
 // explain_prefix: the order of causes is at the top of engine/kv_inspect.h.
 #include <algorithm>
+#include <bit>
 #include <cstdio>
+#include <tuple>
 
 #include "engine/kv_inspect.h"
 
@@ -79,7 +81,7 @@ bool explain_namespaces(const ExplainContext& c, std::span<const int32_t> prompt
   for (const KvHistory::SeenNamespace& seen : c.history->namespaces()) {
     if (seen.ns == c.ns) continue;
     chain.clear();
-    const int64_t k = c.blocks->index().match(prompt, seen.ns, max_blocks, &kvcache::hash_block, chain);
+    const int64_t k = c.blocks->index().match(prompt, seen.ns, max_blocks, c.blocks->hash_fn(), chain);
     if (k > best) {
       best = k;
       best_ns = seen.ns;
@@ -112,6 +114,19 @@ bool explain_template(std::span<const int32_t> prompt, std::span<const std::vect
   return false;
 }
 
+// "N tokens would come from the pool and M from host (loaded into the pool first); " when a tier
+// below the pool would serve some of the hit, else "".
+std::string hit_sources(const KvExplanation& e) {
+  std::string below;
+  for (size_t t = 1; t < e.tiers.size(); ++t) {
+    if (e.tiers[t].tokens == 0) continue;
+    below += (below.empty() ? "" : ", ") + std::to_string(e.tiers[t].tokens) + " from " + e.tiers[t].tier;
+  }
+  if (below.empty()) return "";
+  return std::to_string(e.tiers[0].tokens) + " tokens would come from the pool and " + below +
+         " (loaded into the pool first); ";
+}
+
 }  // namespace
 
 KvExplanation explain_prefix(const ExplainContext& c, std::span<const int32_t> prompt,
@@ -127,6 +142,7 @@ KvExplanation explain_prefix(const ExplainContext& c, std::span<const int32_t> p
   e.cacheable_tokens = max_blocks * B;
   e.partial_tail_tokens = n - e.cacheable_tokens;
   e.tiers.push_back({"pool", 0, 0});
+  for (const std::string& name : c.tier_names) e.tiers.push_back({name, 0, 0});
   auto finish = [&](ExplainCause cause, std::string detail) {
     e.cause = cause;
     e.detail = std::move(detail);
@@ -144,51 +160,78 @@ KvExplanation explain_prefix(const ExplainContext& c, std::span<const int32_t> p
   }
 
   std::vector<int32_t> chain;
-  const int64_t k = bm.index().match(prompt, c.ns, max_blocks, &kvcache::hash_block, chain);
-  BlockHash parent = kvcache::kRootBlockHash;
+  const int64_t k = bm.index().match(prompt, c.ns, max_blocks, bm.hash_fn(), chain);
   const uint64_t ns_key = c.ns.key();
-  std::vector<BlockHash> hashes;
-  for (int64_t i = 0; i < std::min(k + 1, max_blocks); ++i) {
-    parent = kvcache::hash_block(parent, prompt.subspan(i * B, B), ns_key);
-    hashes.push_back(parent);
-    e.blocks.push_back({i, parent, i < k ? "pool" : "miss"});
-  }
-  e.hit_tokens = k * B;
+  std::vector<BlockHash> hashes;  // [blocks hashed so far] the prompt's chained block hashes
+  auto hash_at = [&](int64_t i) {
+    while (static_cast<int64_t>(hashes.size()) <= i) {
+      const BlockHash parent = hashes.empty() ? kvcache::kRootBlockHash : hashes.back();
+      hashes.push_back(bm.hash_fn()(parent, prompt.subspan(hashes.size() * B, B), ns_key));
+    }
+    return hashes[static_cast<size_t>(i)];
+  };
+  for (int64_t i = 0; i < k; ++i) e.blocks.push_back({i, hash_at(i), "pool"});
   e.tiers[0].blocks = k;
-  e.tiers[0].tokens = k * B;
-  if (k == max_blocks) {
+  // Below the pool: each next block from the fastest tier that holds it.
+  const uint32_t tier_mask = c.tier_names.size() >= 32 ? ~0u : (1u << c.tier_names.size()) - 1;
+  int64_t reach = k;  // blocks that would hit, pool and tiers
+  while (c.tier_holders && reach < max_blocks) {
+    const uint32_t holders = c.tier_holders(hash_at(reach)) & tier_mask;
+    if (holders == 0) break;
+    const int t = std::countr_zero(holders);
+    e.blocks.push_back({reach, hash_at(reach), c.tier_names[static_cast<size_t>(t)]});
+    ++e.tiers[static_cast<size_t>(t) + 1].blocks;
+    ++reach;
+  }
+  for (TierHit& t : e.tiers) t.tokens = t.blocks * B;
+  e.hit_tokens = reach * B;
+  const std::string sources = hit_sources(e);
+  if (reach == max_blocks) {
     return finish(ExplainCause::kFullHit,
-                  "every full block before the last token is cached; the last " + std::to_string(e.partial_tail_tokens) +
+                  sources + "every full block before the last token is cached; the last " +
+                      std::to_string(e.partial_tail_tokens) +
                       " tokens (the partial last block and the last token, whose logits are needed) are computed");
   }
-  e.break_block = k;
+  e.blocks.push_back({reach, hash_at(reach), "miss"});
+  e.break_block = reach;
   e.compute_tokens = n - e.hit_tokens;
-  const BlockHash missing = hashes[static_cast<size_t>(k)];
+  const BlockHash missing = hash_at(reach);
   if (c.history != nullptr) {
     if (std::optional<int64_t> at = c.history->evicted_at_ns(missing)) {
       e.cause = ExplainCause::kEvicted;
       e.evicted_age_s = static_cast<double>(c.now_ns - *at) * 1e-9;
-      e.detail = "block " + std::to_string(k) + " (tokens " + std::to_string(k * B) + ".." + std::to_string((k + 1) * B) +
-                 ") was cached and evicted " + seconds(e.evicted_age_s) +
-                 " ago to make room; a larger --kv-cache-mem or a higher request priority keeps it longer";
+      e.detail = sources + "block " + std::to_string(reach) + " (tokens " + std::to_string(reach * B) + ".." +
+                 std::to_string((reach + 1) * B) + ") was cached and evicted " + seconds(e.evicted_age_s) +
+                 " ago to make room" +
+                 (c.tier_names.empty() ? "" : ", and no tier below the pool holds it (dropped at the bottom or never written down)") +
+                 "; a larger --kv-cache-mem" + (c.tier_names.empty() ? "" : " or larger tiers") +
+                 " or a higher request priority keeps it longer";
       return e;
     }
   }
-  if (explain_namespaces(c, prompt, max_blocks, k, e)) return e;
-  if (explain_template(prompt, earlier_turns, (k + 1) * B, e)) return e;
+  if (explain_namespaces(c, prompt, max_blocks, reach, e) ||
+      explain_template(prompt, earlier_turns, (reach + 1) * B, e)) {
+    e.detail = sources + e.detail;
+    return e;
+  }
   e.cause = ExplainCause::kNeverSeen;
-  const int32_t parent_block = k == 0 ? PrefixIndex::kRoot : chain[static_cast<size_t>(k - 1)];
-  const auto [common, other] = longest_cached_continuation(bm, parent_block, c.ns, prompt.subspan(k * B, B));
+  int64_t common = 0;
+  int32_t other = -1;
+  if (reach == k) {  // the chain's last block is in the pool: its cached children can be compared
+    const int32_t parent_block = k == 0 ? PrefixIndex::kRoot : chain[static_cast<size_t>(k - 1)];
+    std::tie(common, other) = longest_cached_continuation(bm, parent_block, c.ns, prompt.subspan(k * B, B));
+  }
   if (other >= 0) {
     e.diverge_token = k * B + common;
     e.detail = "block " + std::to_string(k) + " was never cached after this prefix: the cached continuation " +
                "differs from the prompt at token " + std::to_string(e.diverge_token);
   } else {
-    e.detail = "block " + std::to_string(k) + " (tokens " + std::to_string(k * B) + ".." +
-               std::to_string((k + 1) * B) + ") was never cached" + (k == 0 ? "" : " after this prefix") +
+    e.detail = "block " + std::to_string(reach) + " (tokens " + std::to_string(reach * B) + ".." +
+               std::to_string((reach + 1) * B) + ") was never cached" + (reach == 0 ? "" : " after this prefix") +
                " (or was evicted before the last " + std::to_string(KvHistory::kEvictionSlots) +
                " evictions on record)";
   }
+  e.detail = sources + e.detail;
   return e;
 }
 

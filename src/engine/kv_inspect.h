@@ -18,9 +18,17 @@
 //      too short (no full block before the last token). A chain that reaches cacheable_tokens
 //      is a full hit: only the partial tail (the last partial block and the last token) is
 //      computed.
+//   Tiers: where the pool's chain ends, the tiers below it (ExplainContext::tier_holders) are
+//   asked block by block, as admission loads: each next block held by a tier hits there (the
+//   fastest holder), until one no tier holds; that block is the break, and its cause is found
+//   as above (an evicted block that no tier holds was dropped below, or never written down).
+//   A tier's answer only proposes (its lookup does not confirm token ids, as a load does).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/introspection.h"
@@ -37,6 +45,10 @@ struct ExplainContext {
   bool prefix_caching = true;
   bool windowed = false;
   int64_t now_ns = 0;                  // for ages
+  // The tiers below the pool, fastest first (empty: none), and which of them hold a block now:
+  // bit t for tier_names[t], as far as a lookup answered at once tells (TierStack::holders_now).
+  std::vector<std::string> tier_names;
+  std::function<uint32_t(kvcache::BlockHash)> tier_holders;
 };
 
 KvExplanation explain_prefix(const ExplainContext& context, std::span<const int32_t> prompt,

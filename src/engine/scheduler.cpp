@@ -9,6 +9,7 @@ void StepPlan::clear() {
   scheduled.clear();
   preempted.clear();
   admitted.clear();
+  refused.clear();
   num_tokens = 0;
   prefix_queried_tokens = prefix_hit_tokens = 0;
 }
@@ -83,7 +84,9 @@ SchedSequence& Scheduler::fork(SchedSequence& parent, const SeqKey& key) {
   child.max_tokens = parent.max_tokens;
   child.slots = 1;
   child.ns = parent.ns;
+  CHECK(!options_.windows.on) << "windowed sequences are never forked";
   child.kv = blocks_.fork(parent.kv);
+  child.fed = parent.fed;
   child.admitted_cached = parent.admitted_cached;
   child.num_admissions = parent.num_admissions;
   --parent.slots;  // running_slots_ unchanged: the slot moves to the child
@@ -94,25 +97,41 @@ SchedSequence& Scheduler::fork(SchedSequence& parent, const SeqKey& key) {
 void Scheduler::preempt(SchedSequence& seq) {
   blocks_.free_sequence(seq.kv);
   seq.kv = -1;
+  seq.fed = 0;
   erase_from(running_, &seq);
   running_slots_ -= seq.slots;
   insert_ordered(waiting_, &seq);
   plan_.preempted.push_back(&seq);
 }
 
+int64_t Scheduler::blocks_needed(const SchedSequence& seq, int64_t n) const {
+  const SchedulerOptions::Windows& w = options_.windows;
+  if (w.stream_window <= 0) return blocks_.plan(seq.kv, n).num_new_blocks;
+  const int64_t B = blocks_.pool().layout().block_size;
+  // Engine::make_room frees the oldest non-sink blocks before the append takes new ones: the
+  // step's net need is the blocks held afterwards minus those held now.
+  int64_t length = blocks_.length(seq.kv);
+  const int64_t held = static_cast<int64_t>(blocks_.block_table(seq.kv).size());
+  while (length + n > w.stream_sinks + w.stream_window) length -= B;
+  return std::max<int64_t>(0, (length + n + B - 1) / B - held);
+}
+
 bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks) {
   const int64_t n_tokens = static_cast<int64_t>(seq.tokens.size());
+  const SchedulerOptions::Windows& w = options_.windows;
   kvcache::PrefixMatch hit;
-  if (options_.enable_prefix_caching) hit = blocks_.match_prefix(seq.tokens, seq.ns);
-  const kvcache::KvPlan whole = blocks_.plan(hit, n_tokens);
+  if (options_.enable_prefix_caching && !w.on) hit = blocks_.match_prefix(seq.tokens, seq.ns);
+  const kvcache::KvPlan whole = blocks_.plan(hit, w.kv_token_cap > 0 ? std::min(n_tokens, w.kv_token_cap) : n_tokens);
   int64_t limit = blocks_.num_available_blocks() - reserved_blocks;
   if (!running_.empty()) limit -= options_.watermark_blocks;  // alone, it may use the whole pool
   if (whole.num_new_blocks > limit) return false;  // `hit` unpins
   kvcache::SequenceOptions o;
   o.ns = seq.ns;
   o.priority = seq.key.priority;
-  seq.kv = blocks_.add_sequence(seq.max_tokens, o);
-  if (options_.enable_prefix_caching) {
+  o.cacheable = !w.on;
+  const int64_t table_tokens = w.stream_window > 0 ? std::min(seq.max_tokens, w.kv_token_cap) : seq.max_tokens;
+  seq.kv = blocks_.add_sequence(table_tokens, o);
+  if (options_.enable_prefix_caching && !w.on) {
     plan_.prefix_queried_tokens += n_tokens;
     plan_.prefix_hit_tokens += hit.num_tokens();
   }
@@ -120,8 +139,10 @@ bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& re
   const int64_t computed = blocks_.length(seq.kv);
   seq.admitted_cached = computed;
   ++seq.num_admissions;
-  const int64_t n = std::min(n_tokens - computed, token_budget);
-  reserved_blocks += blocks_.plan(seq.kv, n).num_new_blocks;
+  int64_t n = std::min(n_tokens - computed, token_budget);
+  if (w.max_chunk > 0) n = std::min(n, w.max_chunk);
+  reserved_blocks += blocks_needed(seq, n);
+  seq.fed = computed + n;
   token_budget -= n;
   erase_from(waiting_, &seq);
   insert_ordered(running_, &seq);
@@ -138,22 +159,23 @@ const StepPlan& Scheduler::schedule() {
   // share the rest. running slots <= max_num_seqs <= max_num_batched_tokens, so decodes fit.
   int64_t num_decodes = 0;
   for (const SchedSequence* s : running_) {
-    if (static_cast<int64_t>(s->tokens.size()) - blocks_.length(s->kv) == 1) ++num_decodes;
+    if (static_cast<int64_t>(s->tokens.size()) - s->fed == 1) ++num_decodes;
   }
   int64_t prefill_budget = options_.max_num_batched_tokens - num_decodes;
   int64_t reserved = 0;  // blocks promised to sequences scheduled earlier in this step
   size_t i = 0;
   while (i < running_.size()) {
     SchedSequence* s = running_[i];
-    const int64_t computed = blocks_.length(s->kv);
+    const int64_t computed = s->fed;
     const int64_t pending = static_cast<int64_t>(s->tokens.size()) - computed;
     CHECK_GE(pending, 1) << "a running sequence with nothing to feed (the owner samples or removes it)";
-    const int64_t n = pending == 1 ? 1 : std::min(pending, prefill_budget);
+    int64_t n = pending == 1 ? 1 : std::min(pending, prefill_budget);
+    if (options_.windows.max_chunk > 0) n = std::min(n, options_.windows.max_chunk);
     if (n == 0) {  // a prefill without budget this step: it waits, holding its blocks
       ++i;
       continue;
     }
-    const int64_t need = blocks_.plan(s->kv, n).num_new_blocks;
+    const int64_t need = blocks_needed(*s, n);
     bool preempted_self = false;
     while (need > blocks_.num_available_blocks() - reserved) {
       SchedSequence* victim = running_.back();  // lowest priority, latest; never one scheduled before i
@@ -163,6 +185,7 @@ const StepPlan& Scheduler::schedule() {
     }
     if (preempted_self) continue;  // it was the last one
     reserved += need;
+    s->fed = computed + n;
     if (pending > 1) prefill_budget -= n;
     plan_.scheduled.push_back({s, computed, n});
     plan_.num_tokens += n;
@@ -173,7 +196,10 @@ const StepPlan& Scheduler::schedule() {
   while (!waiting_.empty() && token_budget > 0) {
     SchedSequence& w = *waiting_.front();
     if (running_slots_ + w.slots > options_.max_num_seqs) break;
-    if (!try_admit(w, token_budget, reserved)) break;
+    if (!try_admit(w, token_budget, reserved)) {
+      if (running_.empty()) plan_.refused.push_back(&w);  // the whole pool is not enough for it
+      break;
+    }
   }
   return plan_;
 }

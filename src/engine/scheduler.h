@@ -25,7 +25,17 @@
 //   2. Only if nobody was preempted: waiting sequences in order are admitted while their slots
 //      fit under max_num_seqs, a token of budget is left and their blocks fit after
 //      prefix-cache matching, keeping `watermark_blocks` free (not when nothing else runs).
-//      The first that does not fit stops admission (no overtaking by lower priority).
+//      The first that does not fit stops admission (no overtaking by lower priority). If it
+//      does not fit while nothing runs, it never will (pinned blocks, engine/pinning.h, took
+//      the room it was clipped to): it goes to `refused`, stays waiting until its owner removes
+//      it, and admission stops for this step (nothing is scheduled then).
+// Windowed KV (SchedulerOptions::windows; the engine's StreamingLLM or a sliding-window model
+// that frees its old blocks): sequences are added uncacheable (no prefix-cache lookup, no
+// registration) and are never forked (the owner adds n independent sequences instead). A
+// sequence's progress is `fed`, not the block manager's length, which StreamingLLM shrinks when
+// it drops blocks. Block needs count what the engine's step frees first (StreamingLLM drops the
+// oldest non-sink blocks before appending), admission needs at most kv_token_cap tokens' blocks,
+// and a StreamingLLM prefill chunk is at most max_chunk tokens (Engine::prefill_chunk).
 // Invariants: sum of slots of running sequences <= max_num_seqs; every scheduled token's block
 // is accounted for before the step runs (Engine::step never runs out); a sequence that is the
 // only one running always fits (the owner clips a request to the pool at submit).
@@ -45,6 +55,13 @@ struct SchedulerOptions {
   int64_t max_num_batched_tokens = 512;  // tokens per step
   int64_t watermark_blocks = 0;          // kept free at admission
   bool enable_prefix_caching = true;
+  struct Windows {
+    bool on = false;           // sequences drop or release blocks (uncacheable, never forked)
+    int64_t stream_sinks = 0;  // StreamingLLM: cache holds at most stream_sinks + stream_window
+    int64_t stream_window = 0; // tokens (0: not streaming); both whole blocks
+    int64_t kv_token_cap = 0;  // > 0: KV tokens a sequence holds at once at most (admission)
+    int64_t max_chunk = 0;     // > 0: tokens per prefill chunk at most
+  } windows;
 };
 
 struct SeqKey {
@@ -69,6 +86,7 @@ struct SchedSequence {
   int32_t slots = 1;             // sequence slots held while running (n before the fork)
   kvcache::KvNamespace ns;       // prefix-cache namespace (model, KV format, salt)
   kvcache::SeqId kv = -1;        // block-manager sequence while running, else -1
+  int64_t fed = 0;               // tokens[0, fed) have KV computed (or scheduled) while running
   int64_t admitted_cached = 0;   // tokens adopted from the prefix cache at the last admission
   int64_t num_admissions = 0;    // > 1: resumed after preemption
   bool running() const { return kv >= 0; }
@@ -85,6 +103,7 @@ struct StepPlan {
   std::vector<ScheduledSeq> scheduled;     // in order; at most max_num_seqs
   std::vector<SchedSequence*> preempted;   // this step's victims (now waiting)
   std::vector<SchedSequence*> admitted;    // admitted this step (also in scheduled)
+  std::vector<SchedSequence*> refused;     // can never fit beside the pinned blocks: owner removes
   int64_t num_tokens = 0;
   // Prefix-cache lookups of this step's admissions.
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
@@ -119,6 +138,8 @@ class Scheduler {
 
  private:
   void preempt(SchedSequence& seq);
+  // New blocks a step feeding n tokens of a running sequence takes (after StreamingLLM drops).
+  int64_t blocks_needed(const SchedSequence& seq, int64_t n) const;
   bool try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks);
   static void insert_ordered(std::vector<SchedSequence*>& list, SchedSequence* seq);
   static void erase_from(std::vector<SchedSequence*>& list, SchedSequence* seq);

@@ -11,7 +11,9 @@
 // other sequences' decodes -> decoding -> finished. Under KV pressure the lowest-priority,
 // latest-arrived running request is preempted (its blocks freed, recomputed later from prompt +
 // tokens so far; the client sees nothing but a delay and identical output). Every request gets
-// exactly one on_finish, last.
+// exactly one on_finish, last. Pinned prefixes (engine/pinning.h, pinner()) take their blocks
+// out of what requests may use: submit clips to the unpinned pool, and a waiting request that
+// pins taken after its submit leave no room for even alone ends with kTooLarge.
 //
 // Per step: at most max_num_seqs sequences and max_num_batched_tokens tokens, one forward pass
 // over all of them (a ragged batch, attention through each sequence's block table). Decodes
@@ -24,11 +26,18 @@
 // Stop token ids and EOS end a choice with kStop; that token is counted in completion_tokens
 // but gets no TokenEvent and no text. max_tokens is clipped so that prompt + max_tokens fits
 // the context and the choice's KV (prompt + max_tokens - 1) fits the whole pool.
-// Not supported: windowed KV (--kv-window, sliding-window models): create() refuses it.
+// Windowed KV (StreamingLLM --kv-window/--kv-sinks, sliding-window models that free their old
+// blocks): sequences are not prefix-cached (no lookup, no registration) and never forked: the n
+// choices of a request are n sequences that each prefill the prompt. max_tokens is clipped to
+// the context only (sliding window) or not at all (StreamingLLM, which runs past the context);
+// create() refuses a pool smaller than one sequence's window (Engine::kv_token_cap). A
+// preempted StreamingLLM choice is recomputed in prefill chunks, so its cache can differ from
+// the one its decode built (outputs may then differ from an unpreempted run).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -48,6 +57,7 @@ struct ServingConfig {
   int64_t max_num_batched_tokens = 512;  // tokens per step (prefill chunks + decodes)
   int64_t max_waiting = 256;             // queued requests beyond which submit() is refused
   double kv_watermark = 0.01;            // fraction of blocks kept free at admission
+  double max_pinned_share = 0.5;         // of the pool's blocks that pins may hold (engine/pinning.h)
 };
 
 struct CompletionRequest {
@@ -108,6 +118,7 @@ class RequestObserver {
 
 using RequestId = int64_t;
 class KvIntrospector;  // engine/introspection.h
+class CachePinner;     // engine/pinning.h
 
 // Prometheus-ready numbers (the server renders them). Base units: seconds, tokens, blocks.
 struct Histogram {
@@ -135,6 +146,8 @@ struct ServingMetrics {
   // preempted) and submitted ones not yet seen by the loop.
   int64_t running = 0, waiting = 0;
   int64_t kv_blocks_total = 0, kv_blocks_in_use = 0, kv_blocks_cached = 0, kv_blocks_free = 0;
+  // Pins (engine/pinning.h): live pins, the distinct blocks they hold, pins dropped by their ttl.
+  int64_t pins = 0, kv_blocks_pinned = 0, pins_expired = 0;
   // Latencies in seconds.
   Histogram ttft, inter_token, e2e, queue;  // inter_token: per choice, between its tokens
 };
@@ -173,6 +186,13 @@ class ServingEngine {
   virtual void check_integrity() = 0;
   // The KV introspection API (engine/introspection.h); null when this engine has none.
   virtual KvIntrospector* introspector() { return nullptr; }
+  // Runs fn with the engine's block manager on the loop thread between two steps (directly
+  // when no loop runs) and waits for it: P/D disaggregation's leases and imports
+  // (engine/pd_coordinator.h). fn must not block; never call from an observer.
+  // Engines without a block manager of their own (test fakes) abort.
+  virtual void with_block_manager(const std::function<void(kvcache::BlockManager&)>& fn);
+  // Pinning prompt prefixes (engine/pinning.h); null when this engine cannot.
+  virtual CachePinner* pinner() { return nullptr; }
 };
 
 }  // namespace pagoda::engine

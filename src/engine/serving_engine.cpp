@@ -14,6 +14,10 @@ void Histogram::observe(double value) {
   ++count;
 }
 
+void ServingEngine::with_block_manager(const std::function<void(kvcache::BlockManager&)>&) {
+  CHECK(false) << "this ServingEngine has no block manager to lend";
+}
+
 namespace {
 
 SchedulerOptions scheduler_options(const Engine& engine, const ServingConfig& c) {
@@ -23,6 +27,13 @@ SchedulerOptions scheduler_options(const Engine& engine, const ServingConfig& c)
   const int64_t num_blocks = engine.kv_plan().num_blocks;
   o.watermark_blocks = static_cast<int64_t>(c.kv_watermark * static_cast<double>(num_blocks) + 0.999999);
   o.enable_prefix_caching = engine.config().enable_prefix_caching;
+  if (engine.windowed()) {
+    o.windows.on = true;
+    o.windows.stream_sinks = engine.stream_sinks();
+    o.windows.stream_window = engine.stream_window();
+    o.windows.kv_token_cap = engine.kv_token_cap();
+    o.windows.max_chunk = engine.max_prefill_chunk();
+  }
   return o;
 }
 
@@ -32,10 +43,10 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::create(std::unique_ptr<Eng
                                                              std::shared_ptr<const model::Tokenizer> tokenizer,
                                                              const ServingConfig& config) {
   if (engine == nullptr || tokenizer == nullptr) return Status::invalid_argument("serving needs an engine and a tokenizer");
-  if (engine->windowed()) {
-    return Status::invalid_argument(
-        "continuous batching does not support windowed KV (--kv-window or a sliding-window model): its sequences "
-        "drop blocks and cannot be forked or prefix-cached; serve without --kv-window");
+  if (engine->windowed() && engine->kv_token_cap() > engine->kv_plan().token_capacity) {
+    return Status::invalid_argument("one windowed sequence holds up to " + std::to_string(engine->kv_token_cap()) +
+                                    " KV tokens, more than the KV cache (" +
+                                    std::to_string(engine->kv_plan().token_capacity) + "); raise --kv-cache-mem");
   }
   if (tokenizer->vocab_size() > engine->model().config().n_vocab) {
     return Status::invalid_argument("the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
@@ -46,6 +57,9 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::create(std::unique_ptr<Eng
   if (config.max_waiting < 0) return Status::invalid_argument("max_waiting must be >= 0");
   if (!(config.kv_watermark >= 0.0 && config.kv_watermark < 1.0)) {
     return Status::invalid_argument("kv_watermark must be in [0, 1)");
+  }
+  if (!(config.max_pinned_share >= 0.0 && config.max_pinned_share < 1.0)) {
+    return Status::invalid_argument("max_pinned_share must be in [0, 1): pins must leave some of the pool to compute in");
   }
   ServingConfig c = config;
   // The forward pass's scratch holds max_batch_tokens rows; every running sequence needs a row.
@@ -64,6 +78,8 @@ ServingEngineImpl::ServingEngineImpl(std::unique_ptr<Engine> engine, std::shared
       pool_tokens_(engine_->kv_plan().num_blocks * engine_->kv_layout().block_size),
       scheduler_(engine_->block_manager(), scheduler_options(*engine_, config)),
       history_(*clock_),
+      pins_(engine_->block_manager(),
+            static_cast<int64_t>(config.max_pinned_share * static_cast<double>(engine_->kv_plan().num_blocks))),
       start_ns_(clock_->now_ns()) {
   engine_->block_manager().add_listener(&history_);
   step_seqs_.reserve(config_.max_num_seqs);
@@ -103,17 +119,34 @@ Status ServingEngineImpl::validate(const CompletionRequest& r, int64_t* max_toke
     return Status::too_large("the prompt has " + std::to_string(n_prompt) + " tokens; the context of " +
                              std::to_string(engine_->max_context()) + " leaves no room to generate");
   }
-  if (n_prompt > pool_tokens_) {
+  if (engine_->windowed()) {
+    // Windowed sequences hold at most kv_token_cap tokens' blocks (checked against the pool at
+    // create). StreamingLLM runs past the context (positions are cache positions); a
+    // sliding-window model's positions still end at its context.
+    *max_tokens = engine_->stream_window() > 0 ? r.max_tokens : std::min(r.max_tokens, engine_->max_context() - n_prompt);
+    return Status::ok();
+  }
+  // Pinned blocks (engine/pinning.h) are not there to compute in.
+  const int64_t pinned_tokens = pinned_blocks_.load() * engine_->kv_layout().block_size;
+  const int64_t pool_tokens = pool_tokens_ - pinned_tokens;
+  if (n_prompt > pool_tokens) {
     return Status::too_large("the prompt needs " + std::to_string(n_prompt) + " KV tokens, more than the whole KV cache (" +
-                             std::to_string(pool_tokens_) + " tokens; raise --kv-cache-mem)");
+                             std::to_string(pool_tokens) + " tokens" +
+                             (pinned_tokens > 0 ? " beside the " + std::to_string(pinned_tokens) + " pinned ones" : "") +
+                             "; raise --kv-cache-mem)");
   }
   // The context bounds prompt + generated; the pool bounds the KV, which the last token never
   // needs. Each choice then fits the pool on its own, so the scheduler always makes progress.
-  *max_tokens = std::min({r.max_tokens, engine_->max_context() - n_prompt, pool_tokens_ - n_prompt + 1});
+  *max_tokens = std::min({r.max_tokens, engine_->max_context() - n_prompt, pool_tokens - n_prompt + 1});
   return Status::ok();
 }
 
 Result<RequestId> ServingEngineImpl::submit(CompletionRequest request, std::shared_ptr<RequestObserver> observer) {
+  return enqueue(std::move(request), std::move(observer), nullptr);
+}
+
+Result<RequestId> ServingEngineImpl::enqueue(CompletionRequest request, std::shared_ptr<RequestObserver> observer,
+                                             std::shared_ptr<PinJob> pin) {
   if (observer == nullptr) return Status::invalid_argument("no observer");
   int64_t max_tokens = 0;
   PAGODA_RETURN_IF_ERROR(validate(request, &max_tokens));
@@ -126,7 +159,7 @@ Result<RequestId> ServingEngineImpl::submit(CompletionRequest request, std::shar
       return Status::unavailable("too many queued requests (" + std::to_string(config_.max_waiting) + "); retry later");
     }
     id = next_id_++;
-    inbox_.push_back({id, std::move(request), std::move(observer), max_tokens, now});
+    inbox_.push_back({id, std::move(request), std::move(observer), max_tokens, now, std::move(pin)});
   }
   wake_.notify_one();
   return id;
@@ -210,6 +243,7 @@ void ServingEngineImpl::check_integrity() {
   if (!started_ || !loop_.joinable() || std::this_thread::get_id() == loop_.get_id()) {
     lock.unlock();
     engine_->block_manager().check_integrity();
+    pins_.check_integrity();
     return;
   }
   // Between two steps of the loop thread.
@@ -219,6 +253,7 @@ void ServingEngineImpl::check_integrity() {
   if (integrity_done_ < epoch) {  // the loop ended meanwhile
     lock.unlock();
     engine_->block_manager().check_integrity();
+    pins_.check_integrity();
   }
 }
 
@@ -230,6 +265,7 @@ void ServingEngineImpl::run_integrity_checks() {
     if (requested == integrity_done_) return;
   }
   engine_->block_manager().check_integrity();
+  pins_.check_integrity();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     integrity_done_ = requested;
@@ -244,6 +280,10 @@ void ServingEngineImpl::publish_metrics() {
   m.kv_blocks_in_use = bm.pool().num_in_use();
   m.kv_blocks_cached = bm.pool().num_cached();
   m.kv_blocks_free = bm.pool().num_free();
+  m.pins = pins_.num_pins();
+  m.kv_blocks_pinned = pins_.num_pinned_blocks();
+  m.pins_expired = pins_.num_expired();
+  pinned_blocks_.store(m.kv_blocks_pinned);
   m.running = m.waiting = 0;
   for (const auto& [id, r] : requests_) {
     bool running = false;

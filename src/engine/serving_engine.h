@@ -20,6 +20,7 @@
 // re-admitted (prefix cache hit or recompute) it continues exactly as if never interrupted.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -32,13 +33,15 @@
 
 #include "engine/introspection.h"
 #include "engine/kv_history.h"
+#include "engine/pinning.h"
+#include "kvcache/cache_pins.h"
 #include "engine/scheduler.h"
 #include "engine/serving.h"
 #include "engine/text_stream.h"
 
 namespace pagoda::engine {
 
-class ServingEngineImpl final : public ServingEngine, public KvIntrospector {
+class ServingEngineImpl final : public ServingEngine, public KvIntrospector, public CachePinner {
  public:
   ServingEngineImpl(std::unique_ptr<Engine> engine, std::shared_ptr<const model::Tokenizer> tokenizer,
                     const ServingConfig& config);
@@ -54,10 +57,20 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector {
   const model::Tokenizer& tokenizer() const override { return *tokenizer_; }
   void check_integrity() override;
   KvIntrospector* introspector() override { return this; }
+  void with_block_manager(const std::function<void(kvcache::BlockManager&)>& fn) override {
+    run_on_loop([&] { fn(engine_->block_manager()); });
+  }
   // KvIntrospector (serving_introspection.cpp), each run through run_on_loop.
   KvSnapshot snapshot(const SnapshotOptions& options) override;
   Result<RequestKv> request_kv(RequestId id) override;
   Result<KvExplanation> explain(const ExplainRequest& request) override;
+  // CachePinner (serving_pins.cpp).
+  CachePinner* pinner() override { return this; }
+  Status pin(PinRequest request, std::shared_ptr<PinObserver> observer) override;
+  Result<PinInfo> unpin(int64_t id) override;
+  Result<PinInfo> unpin(const std::vector<int32_t>& prompt, const std::string& cache_salt) override;
+  std::vector<PinInfo> pins() override;
+  PinStats pin_stats() override;
 
  private:
   struct Choice {
@@ -70,6 +83,7 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector {
     int64_t last_token_ns = 0;
     bool done = false;
   };
+  struct PinJob;  // a pin's prefill (serving_pins.cpp)
   struct Request {
     RequestId id = 0;
     CompletionRequest req;
@@ -86,6 +100,7 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector {
     std::vector<TokenEvent> events;
     std::vector<ChoiceEnd> ends;
     bool touched = false;
+    std::shared_ptr<PinJob> pin;  // a pin's prefill: pinned instead of sampled
   };
   struct Submitted {
     RequestId id;
@@ -93,6 +108,7 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector {
     std::shared_ptr<RequestObserver> observer;
     int64_t max_tokens;
     int64_t submit_ns;
+    std::shared_ptr<PinJob> pin;
   };
   struct Owner {
     Request* request;
@@ -100,6 +116,12 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector {
   };
 
   Status validate(const CompletionRequest& r, int64_t* max_tokens) const;
+  Result<RequestId> enqueue(CompletionRequest request, std::shared_ptr<RequestObserver> observer,
+                            std::shared_ptr<PinJob> pin);
+  void complete_pin(Request& r);   // its prompt is computed: pin it, end the request
+  void expire_pins();
+  PinInfo pin_info(const kvcache::CachePin& p, int64_t now) const;
+  void refuse_unfittable(const StepPlan& plan);  // ends what can never fit beside the pins
   void run_loop();
   // The step (serving_step.cpp). Returns false when there was nothing to do.
   bool step_locked_out();
@@ -138,6 +160,8 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector {
   std::vector<RequestId> aborts_local_;
   ServingMetrics loop_metrics_;
   KvHistory history_;             // listens to the block manager (evictions, namespaces, ticks)
+  kvcache::CachePins pins_;       // pinned prefixes (declared after engine_: released before it)
+  std::atomic<int64_t> pinned_blocks_{0};  // pins_.num_pinned_blocks() for submitters
   int64_t start_ns_ = 0;
 
   // Shared with submitters, under mutex_.

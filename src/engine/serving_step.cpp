@@ -20,6 +20,7 @@ void ServingEngineImpl::admit_new(Submitted& s) {
   r->observer = std::move(s.observer);
   r->max_tokens = s.max_tokens;
   r->submit_ns = s.submit_ns;
+  r->pin = std::move(s.pin);
   r->usage.prompt_tokens = static_cast<int64_t>(r->req.prompt.size());
   r->num_open = r->req.n;
   r->choices.reserve(r->req.n);
@@ -29,11 +30,22 @@ void ServingEngineImpl::admit_new(Submitted& s) {
     r->choices.emplace_back(i, p, n_vocab_);
     r->choices.back().text.emplace(*tokenizer_, r->req.stop);
   }
-  const SeqKey key{r->req.priority, static_cast<uint64_t>(r->id), 0};
   const kvcache::KvNamespace ns = engine_->kv_namespace(r->req.cache_salt);
-  SchedSequence& seq = scheduler_.add(key, r->req.prompt, r->usage.prompt_tokens + r->max_tokens, r->req.n, ns);
-  r->choices[0].seq = seq.id;
-  owners_[seq.id] = {r.get(), 0};
+  if (engine_->windowed()) {
+    // Windowed sequences are never forked: each choice prefills the prompt on its own.
+    r->forked = true;
+    for (int i = 0; i < r->req.n; ++i) {
+      const SeqKey key{r->req.priority, static_cast<uint64_t>(r->id), i};
+      SchedSequence& seq = scheduler_.add(key, r->req.prompt, r->usage.prompt_tokens + r->max_tokens, 1, ns);
+      r->choices[i].seq = seq.id;
+      owners_[seq.id] = {r.get(), i};
+    }
+  } else {
+    const SeqKey key{r->req.priority, static_cast<uint64_t>(r->id), 0};
+    SchedSequence& seq = scheduler_.add(key, r->req.prompt, r->usage.prompt_tokens + r->max_tokens, r->req.n, ns);
+    r->choices[0].seq = seq.id;
+    owners_[seq.id] = {r.get(), 0};
+  }
   requests_[r->id] = std::move(r);
 }
 
@@ -119,7 +131,7 @@ void ServingEngineImpl::finish_request(Request& r, const Status& status) {
     c.seq = -1;
   }
   r.usage.e2e_s = static_cast<double>(clock_->now_ns() - r.submit_ns) * 1e-9;
-  loop_metrics_.e2e.observe(r.usage.e2e_s);
+  if (r.pin == nullptr) loop_metrics_.e2e.observe(r.usage.e2e_s);  // a pin is no completion
   if (status.code() == StatusCode::kAborted || status.code() == StatusCode::kUnavailable) {
     ++loop_metrics_.finished_abort;
   } else if (!status.is_ok()) {
@@ -145,6 +157,7 @@ bool ServingEngineImpl::step_locked_out() {
   if (abort_all) {
     while (!requests_.empty()) finish_request(*requests_.begin()->second, Status::unavailable("the server is shutting down"));
   }
+  expire_pins();
   if (requests_.empty()) {
     publish_metrics();
     return worked;
@@ -156,6 +169,7 @@ bool ServingEngineImpl::step_locked_out() {
     ++owners_.at(s->id).request->usage.preemptions;
     ++loop_metrics_.preemptions;
   }
+  refuse_unfittable(plan);
   loop_metrics_.prefix_queried_tokens += plan.prefix_queried_tokens;
   loop_metrics_.prefix_hit_tokens += plan.prefix_hit_tokens;
   for (const SchedSequence* s : plan.admitted) {
@@ -167,9 +181,9 @@ bool ServingEngineImpl::step_locked_out() {
     loop_metrics_.queue.observe(r.usage.queue_s);
     loop_metrics_.prompt_tokens += r.usage.prompt_tokens;
   }
-  if (plan.scheduled.empty()) {  // cannot happen while a request waits (the scheduler progresses)
+  if (plan.scheduled.empty()) {  // only after a preemption or a refusal (the scheduler progresses)
     publish_metrics();
-    return worked || !plan.preempted.empty();
+    return worked || !plan.preempted.empty() || !plan.refused.empty();
   }
 
   step_seqs_.clear();
@@ -196,6 +210,10 @@ bool ServingEngineImpl::step_locked_out() {
     const float* logits = logits_.data() + row++ * n_vocab_;
     const Owner owner = owners_.at(e.seq->id);
     Request& r = *owner.request;
+    if (r.pin != nullptr) {  // a pin's prompt is computed: pin it instead of sampling (r ends)
+      complete_pin(r);
+      continue;
+    }
     if (!r.forked) {  // the prompt's first sample: fork the choices, each draws from this row
       fork_choices(r);
       for (Choice& c : r.choices) sample_choice(r, c, logits, t);

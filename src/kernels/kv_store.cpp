@@ -140,7 +140,7 @@ int64_t stage_header_bytes(int64_t num_slots) { return (8 + 16 * num_slots + 63)
 
 void check_kv_view(const KvLayerView& l) {
   CHECK(l.block_size > 0 && l.n_kv_head > 0 && l.head_dim > 0 && l.num_blocks >= 0) << "bad KV view geometry";
-  CHECK(l.num_blocks == 0 || (l.k != nullptr && l.v != nullptr)) << "KV view without memory";
+  CHECK(l.num_blocks == 0 || (l.k != nullptr && (l.k_only || l.v != nullptr))) << "KV view without memory";
   if (l.layout == KvLayoutKind::kNZ) {
     CHECK(!detail::kv_is_quantized(l.dtype)) << "NZ layout with KV dtype " << kv_dtype_name(l.dtype);
     CHECK(l.block_size % 16 == 0 && l.slot_elems() % 16 == 0) << "NZ needs block_size and n_kv_head*head_dim multiples of 16";
@@ -166,7 +166,7 @@ void store_kv(const KvLayerView& layer, const float* k, const float* v, const in
     } else {
       store_rows(gk, block, row, k + t * n);
     }
-    store_rows(gv, block, row, v + t * n);
+    if (!layer.k_only) store_rows(gv, block, row, v + t * n);
   }
 }
 
@@ -238,6 +238,7 @@ void kv_stage_copy(const KvLayerView& layer, int32_t src, int32_t dst) {
 
 void kv_load_row_reference(const KvLayerView& layer, bool is_k, int32_t block, int64_t row, int64_t kv_head,
                            bool from_stage, float* out) {
+  CHECK(is_k || !layer.k_only) << "a K-only (latent) layer has no V rows";
   const KvGeom g(layer, is_k);
   const uint8_t* blk = g.block(block);
   const int64_t hd = g.hd;
@@ -310,7 +311,8 @@ void kv_block_nz_to_nd(KvDType dtype, const void* nz, void* nd, int64_t block_si
 }
 
 KvLayerBuffer::KvLayerBuffer(KvDType dtype, KvLayoutKind layout, int64_t num_blocks, int64_t block_size,
-                             int64_t n_kv_head, int64_t head_dim, int64_t stage_slots) {
+                             int64_t n_kv_head, int64_t head_dim, int64_t stage_slots, bool k_only) {
+  view_.k_only = k_only;
   view_.dtype = dtype;
   view_.layout = layout;
   view_.num_blocks = num_blocks;

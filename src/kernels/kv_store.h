@@ -57,13 +57,17 @@ struct KvLayerView {
   int64_t n_kv_head = 0;
   int64_t head_dim = 0;
   KvStage stage;  // int4 only: partial K blocks in f32 (at least one slot)
+  // K only (MLA's latent cache): each token's one K row holds both what keys and values are
+  // computed from (kernels/mla_attention.h); there are no V blocks (v may be null, 0 bytes).
+  bool k_only = false;
 
   int64_t slot_elems() const { return n_kv_head * head_dim; }
   int64_t k_block_bytes() const { return kv_block_bytes_k(dtype, head_dim, block_size, n_kv_head); }
-  int64_t v_block_bytes() const { return kv_block_bytes_v(dtype, head_dim, block_size, n_kv_head); }
+  int64_t v_block_bytes() const { return k_only ? 0 : kv_block_bytes_v(dtype, head_dim, block_size, n_kv_head); }
 };
 
-// Writes new K/V rows into their slots. k, v: [n_tokens, n_kv_head * head_dim] f32;
+// Writes new K/V rows into their slots. k, v: [n_tokens, n_kv_head * head_dim] f32 (v unused,
+// may be null, for a K-only layer);
 // slot_mapping: [n_tokens], each < num_blocks * block_size. Single-threaded (it updates the
 // int4 stage). Quantized formats quantize each row here (int4 K: see the staging rules).
 void store_kv(const KvLayerView& layer, const float* k, const float* v, const int64_t* slot_mapping,
@@ -100,11 +104,11 @@ void kv_block_nz_to_nd(KvDType dtype, const void* nz, void* nd, int64_t block_si
                        int64_t head_dim);
 
 // One layer's K, V and stage memory with its view: for tests, benchmarks and tools that need a
-// cache outside the block pool. Zero-filled; stage reset.
+// cache outside the block pool. Zero-filled; stage reset. k_only: no V memory (MLA latent).
 class KvLayerBuffer {
  public:
   KvLayerBuffer(KvDType dtype, KvLayoutKind layout, int64_t num_blocks, int64_t block_size, int64_t n_kv_head,
-                int64_t head_dim, int64_t stage_slots = 8);
+                int64_t head_dim, int64_t stage_slots = 8, bool k_only = false);
   KvLayerBuffer(const KvLayerBuffer&) = delete;
   KvLayerBuffer& operator=(const KvLayerBuffer&) = delete;
   const KvLayerView& view() const { return view_; }

@@ -2,6 +2,7 @@
 #include "kernels/matmul.h"
 
 #include <cblas.h>
+#include <cpuid.h>
 
 #include <algorithm>
 #include <array>
@@ -184,10 +185,16 @@ void matmul_decode_reference(const WeightView& w, const float* x, int64_t n_toke
 
 // ---- ISA ----
 
+// F16C (CPUID.1:ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+static bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+
 Isa detect_isa() {
   __builtin_cpu_init();
   // Exactly the -m flags each kernel file is compiled with (src/kernels/CMakeLists.txt).
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512vnni");

@@ -374,6 +374,16 @@ PrefixMatch BlockManager::match_prefix(std::span<const int32_t> tokens, const Kv
   return match;
 }
 
+PrefixMatch BlockManager::pin_prefix(std::span<const int32_t> tokens, const KvNamespace& ns) {
+  const int64_t bs = pool_.layout().block_size;
+  PrefixMatch match;
+  match.manager_ = this;
+  match.ns_ = ns;
+  match.num_tokens_ = index_.match(tokens, ns, static_cast<int64_t>(tokens.size()) / bs, hash_fn_, match.blocks_) * bs;
+  for (int32_t b : match.blocks_) pin(b);
+  return match;
+}
+
 void BlockManager::adopt(SeqId seq, PrefixMatch&& match) {
   Table& t = table(seq);
   CHECK(match.manager_ == this || match.empty()) << "PrefixMatch from another BlockManager";

@@ -139,6 +139,10 @@ class BlockManager {
   // at (|tokens| - 1) / block_size blocks so the last token is always computed. Pins them;
   // never changes the index or any recency. Counts a lookup.
   PrefixMatch match_prefix(std::span<const int32_t> tokens, const KvNamespace& ns);
+  // Pins every cached full block that starts `tokens` (up to |tokens| / block_size blocks: a
+  // long-lived pin of a computed prompt, kvcache/cache_pins.h). Counts nothing, changes no
+  // recency.
+  PrefixMatch pin_prefix(std::span<const int32_t> tokens, const KvNamespace& ns);
   // Gives the empty sequence `seq` the matched blocks (refs +1): length = num_computed =
   // match.num_tokens(). Preconditions: length(seq) == 0, match from this manager, same ns.
   void adopt(SeqId seq, PrefixMatch&& match);

@@ -120,6 +120,7 @@ kernels::KvLayerView BlockPool::layer_view(int64_t layer) {
   view.block_size = layout_.block_size;
   view.n_kv_head = layout_.n_kv_head;
   view.head_dim = layout_.head_dim;
+  view.k_only = layout_.k_only;
   view.stage = kernels::kv_stage_bind(memory_.data() + layer * layout_.layer_stage_bytes(), layout_.dtype,
                                       layout_.block_size, layout_.n_kv_head, layout_.head_dim, layout_.stage_slots);
   return view;

@@ -10,7 +10,7 @@ namespace {
 
 // Field offsets of the fixed header (see block_record.h).
 constexpr size_t kOffMagic = 0, kOffVersion = 4, kOffHeaderBytes = 6, kOffBlockSize = 8, kOffNLayer = 12,
-                 kOffNKvHead = 16, kOffHeadDim = 20, kOffDType = 24, kOffLayout = 25, kOffReserved = 26,
+                 kOffNKvHead = 16, kOffHeadDim = 20, kOffDType = 24, kOffLayout = 25, kOffKOnly = 26, kOffReserved = 27,
                  kOffPayloadBytes = 32, kOffModel = 40, kOffFormat = 48, kOffSalt = 56, kOffHash = 64,
                  kOffParent = 72, kOffChecksum = 80, kOffZeros = 88;
 constexpr int64_t kMaxBlockSize = (65535 - kRecordFixedHeaderBytes) / 4 / kRecordAlign * kRecordAlign;
@@ -43,7 +43,7 @@ uint64_t record_checksum(ConstByteSpan bytes) {
 
 int64_t expected_payload(const BlockRecordMeta& m) {
   return m.n_layer * (kernels::kv_block_bytes_k(m.kv_dtype, m.head_dim, m.block_size, m.n_kv_head) +
-                      kernels::kv_block_bytes_v(m.kv_dtype, m.head_dim, m.block_size, m.n_kv_head));
+                      (m.k_only ? 0 : kernels::kv_block_bytes_v(m.kv_dtype, m.head_dim, m.block_size, m.n_kv_head)));
 }
 
 }  // namespace
@@ -56,6 +56,7 @@ BlockRecordMeta record_meta_for(const KvLayout& layout) {
   m.head_dim = static_cast<int32_t>(layout.head_dim);
   m.kv_dtype = layout.dtype;
   m.kv_layout = layout.layout;
+  m.k_only = layout.k_only;
   m.payload_bytes = layout.bytes_per_block();
   return m;
 }
@@ -82,6 +83,7 @@ void encode_block_record(const BlockRecordMeta& meta, std::span<const int32_t> t
   put<uint32_t>(p, kOffHeadDim, static_cast<uint32_t>(meta.head_dim));
   put<uint8_t>(p, kOffDType, static_cast<uint8_t>(meta.kv_dtype));
   put<uint8_t>(p, kOffLayout, static_cast<uint8_t>(meta.kv_layout));
+  put<uint8_t>(p, kOffKOnly, meta.k_only ? 1 : 0);
   put<uint64_t>(p, kOffPayloadBytes, static_cast<uint64_t>(meta.payload_bytes));
   put<uint64_t>(p, kOffModel, meta.ns.model_fingerprint);
   put<uint64_t>(p, kOffFormat, meta.ns.kv_format);
@@ -122,7 +124,7 @@ Result<BlockRecordMeta> peek_block_record(ConstByteSpan bytes) {
                  head_dim = get<uint32_t>(p, kOffHeadDim);
   if (block_size == 0 || block_size > kMaxBlockSize) return Status::error("block record: block size " + std::to_string(block_size));
   if (n_layer == 0 || n_layer > kMaxLayers || n_kv_head == 0 || head_dim == 0 ||
-      static_cast<int64_t>(n_kv_head) * head_dim > kMaxRowWidth) {
+      static_cast<uint64_t>(n_kv_head) * head_dim > static_cast<uint64_t>(kMaxRowWidth)) {  // no overflow: 32 x 32 bits
     return Status::error("block record: shape " + std::to_string(n_layer) + " x " + std::to_string(n_kv_head) + " x " +
                          std::to_string(head_dim) + " out of range");
   }
@@ -135,6 +137,8 @@ Result<BlockRecordMeta> peek_block_record(ConstByteSpan bytes) {
   m.head_dim = static_cast<int32_t>(head_dim);
   m.kv_dtype = static_cast<kernels::KvDType>(dtype);
   m.kv_layout = static_cast<kernels::KvLayoutKind>(layout);
+  if (p[kOffKOnly] > 1) return Status::error("block record: K-only flag " + std::to_string(p[kOffKOnly]));
+  m.k_only = p[kOffKOnly] == 1;
   if (m.kv_dtype == kernels::KvDType::kInt4 && head_dim % 2 != 0) return Status::error("block record: int4 with an odd head dim");
   const int64_t header_bytes = get<uint16_t>(p, kOffHeaderBytes);
   if (header_bytes != record_header_bytes(m.block_size)) {
@@ -147,6 +151,11 @@ Result<BlockRecordMeta> peek_block_record(ConstByteSpan bytes) {
                          std::to_string(m.payload_bytes));
   }
   if (static_cast<int64_t>(bytes.size()) < header_bytes) return Status::error("block record: truncated token ids");
+  // The padding after the token ids is zero, so a record has one encoding (found by fuzzing: a
+  // record with stray padding bytes and a matching checksum decoded).
+  for (int64_t i = kRecordFixedHeaderBytes + 4 * int64_t{m.block_size}; i < header_bytes; ++i) {
+    if (p[i] != 0) return Status::error("block record: padding after the token ids is not zero");
+  }
   m.ns.model_fingerprint = get<uint64_t>(p, kOffModel);
   m.ns.kv_format = get<uint64_t>(p, kOffFormat);
   m.ns.cache_salt = get<uint64_t>(p, kOffSalt);

@@ -11,7 +11,8 @@
 //                            each exactly kernels::kv_block_bytes_k/_v of the KV format
 //                            (BlockPool::block_segments gives the same spans in the same order)
 // Header: magic "PGKV" (u32 0x564B4750), version u16, header_bytes u16, block_size u32,
-// n_layer u32, n_kv_head u32, head_dim u32, kv_dtype u8, kv_layout u8, 6 reserved zero bytes,
+// n_layer u32, n_kv_head u32, head_dim u32, kv_dtype u8, kv_layout u8, k_only u8 (1: MLA latent
+// blocks, K only, no V blocks in the payload), 5 reserved zero bytes,
 // payload_bytes u64, model_fingerprint u64, kv_format u64, cache_salt u64, block_hash u64,
 // parent_hash u64, checksum u64, then zeros to 128.
 // checksum = XXH3_64bits (libxxhash) of the whole record with the checksum field read as 0.
@@ -47,6 +48,7 @@ struct BlockRecordMeta {
   int32_t n_layer = 0, n_kv_head = 0, head_dim = 0;
   kernels::KvDType kv_dtype = kernels::KvDType::kF32;
   kernels::KvLayoutKind kv_layout = kernels::KvLayoutKind::kND;
+  bool k_only = false;             // MLA latent cache: no V blocks
   int64_t payload_bytes = 0;       // n_layer x (K + V block bytes)
 };
 

@@ -14,6 +14,7 @@ int64_t KvLayout::k_block_bytes() const {
 }
 
 int64_t KvLayout::v_block_bytes() const {
+  if (k_only) return 0;
   return kernels::kv_block_bytes_v(dtype, head_dim, block_size, n_kv_head);
 }
 
@@ -89,6 +90,7 @@ std::string describe_kv_pool(const KvLayout& layout, const KvPoolPlan& plan) {
                 format_bytes(layout.bytes_per_block()).c_str(), (long long)plan.num_blocks,
                 format_bytes(plan.pool_bytes).c_str(), (long long)plan.token_capacity);
   std::string line = buf;
+  if (layout.k_only) line += " (MLA latent cache: K rows only)";
   if (layout.stage_bytes() > 0) {
     line += " (incl. int4 K staging: " + std::to_string(layout.stage_slots) + " partial blocks x " +
             std::to_string(layout.n_layer) + " layers in f32 = " + format_bytes(layout.stage_bytes()) + ")";

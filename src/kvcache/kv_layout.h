@@ -2,7 +2,8 @@
 // block pool and the start-up log share. Byte counts come from the storage contract
 // (kernels/kv_format.h), so all three agree for every KV dtype:
 //
-//   bytes per block = n_layer x (kv_block_bytes_k + kv_block_bytes_v)   (all layers, K and V)
+//   bytes per block = n_layer x (kv_block_bytes_k + kv_block_bytes_v)   (all layers, K and V;
+//                     K only for MLA's latent cache: one "head" of kv_lora_rank + rope dim)
 //   bytes per token = bytes per block / block_size (rounded up; sizing uses bytes per block)
 //   stage bytes     = int4 only: n_layer x stage_slots partial K blocks kept in f32
 //                     (kernels/kv_store.h); a fixed cost taken from the budget first
@@ -26,6 +27,7 @@ struct KvLayout {
   kernels::KvDType dtype = kernels::KvDType::kF32;                  // element format of cached K/V
   kernels::KvLayoutKind layout = kernels::KvLayoutKind::kND;        // kNZ: unquantized, block_size % 16 == 0
   int64_t stage_slots = 8;  // int4: partial K blocks held in f32 per layer (>= running sequences)
+  bool k_only = false;      // MLA latent cache: K blocks only (kernels::KvLayerView::k_only), V 0 bytes
 
   // One layer's K (V) block: kernels::kv_block_bytes_k (_v).
   int64_t k_block_bytes() const;

@@ -110,6 +110,12 @@ Status KvModelSpec::validate() const {
     }
   }
   if (max_context < 0 || weight_bytes < 0) return Status::error(who + ": negative context or weight size");
+  if (n_kv_layers < 0 || n_kv_layers > n_layer) {
+    return Status::error(who + ": " + str(n_kv_layers) + " layers owning K/V of " + str(n_layer));
+  }
+  if (n_kv_layers > 0 && n_kv_layers < n_layer && num_sliding_layers() > 0 && num_sliding_layers() < n_layer) {
+    return Status::error(who + ": cross-layer KV sharing with a per-layer sliding pattern is not planned");
+  }
   return Status::ok();
 }
 
@@ -138,7 +144,7 @@ Result<CapacityPlan> plan_capacity(const KvModelSpec& spec, const KvPlanOptions&
   plan.block_size = bs;
   plan.context = options.context > 0 ? options.context : spec.max_context > 0 ? spec.max_context : kDefaultPlanContext;
   const int64_t n_sliding = spec.num_sliding_layers();
-  const int64_t n_full = spec.n_layer - n_sliding;
+  const int64_t n_full = spec.kv_layers() - n_sliding;
   plan.window_tokens = n_sliding > 0 ? std::min(plan.context, spec.sliding_window) : 0;
   if (options.mem_bytes > 0) PAGODA_RETURN_IF_ERROR(plan_budget(spec, options, plan));
 
@@ -160,7 +166,7 @@ Result<CapacityPlan> plan_capacity(const KvModelSpec& spec, const KvPlanOptions&
                                                                 row.sliding_bytes_per_block, window_blocks));
     // The staging the engine's pool reserves (0 unless int4), from the layout it sizes with.
     KvLayout layout;
-    layout.n_layer = spec.n_layer;
+    layout.n_layer = spec.kv_layers();
     layout.n_kv_head = spec.cache_n_kv_head();
     layout.head_dim = spec.cache_head_dim();
     layout.block_size = bs;

@@ -13,7 +13,8 @@
 //   available       = M - weights - overhead          (an error when <= 0)
 //   stage           = int4 only: the engine's f32 staging of partial K blocks, a fixed cost
 //                     (KvLayout::stage_bytes, int4_stage_slots slots per layer); 0 otherwise
-//   num_blocks      = floor((available - stage) / bytes_per_block)   (block = all layers, K and V)
+//   num_blocks      = floor((available - stage) / bytes_per_block)   (block = all layers, K and V;
+//                     with cross-layer sharing only the n_kv_layers that own K/V count)
 //   max_cached_tokens = num_blocks x B                 ("full-attention view": every layer keeps
 //                                                       every token, as the engine's pool does)
 //   blocks of one sequence at context C, per layer group:
@@ -52,6 +53,10 @@ struct KvModelSpec {
   std::vector<bool> layer_is_sliding;  // [n_layer]; empty with a window > 0: every layer (Mistral)
   int64_t max_context = 0;   // trained / configured context, 0 if unknown
   int64_t weight_bytes = 0;  // model weights, 0 if unknown
+  // Cross-layer KV sharing (CLA/YOCO): only this many layers own K/V blocks; 0: all n_layer.
+  // Not combined with per-layer sliding windows (validate).
+  int64_t n_kv_layers = 0;
+  int64_t kv_layers() const { return n_kv_layers > 0 ? n_kv_layers : n_layer; }
 
   bool is_mla() const { return kv_lora_rank > 0; }
   // "MLA", "MHA" (kv heads == heads), "MQA" (1 kv head) or "GQA".

@@ -134,6 +134,13 @@ Result<KvSpec> kv_spec_from_gguf(const GgufFile& f) {
     s.qk_rope_head_dim = *rope;
   }
   s.max_context = f.get_int(p + "context_length").value_or(0);
+  if (const GgufValue* v = f.find(p + "attention.kv_source_layer")) {
+    auto sources = v->to_int_array();
+    if (!sources || static_cast<int64_t>(sources->size()) != s.n_layer) {
+      return Status::error("'" + p + "attention.kv_source_layer' must list one source layer per layer");
+    }
+    for (int64_t l = 0; l < s.n_layer; ++l) s.n_kv_layers += (*sources)[l] == l ? 1 : 0;
+  }
   s.sliding_window = f.get_int(p + "attention.sliding_window").value_or(0);
   PAGODA_RETURN_IF_ERROR(check_shape(s));
   if (s.sliding_window > 0) {

@@ -41,6 +41,7 @@ struct KvSpec {
   int64_t sliding_window = 0;           // tokens; 0: none
   std::vector<bool> layer_is_sliding;   // [n_layer] when only some layers slide; empty: all (if window)
   int64_t max_context = 0;    // 0: unknown
+  int64_t n_kv_layers = 0;    // CLA ({arch}.attention.kv_source_layer): layers owning K/V; 0: all
   int64_t weight_bytes = 0;   // 0: unknown
   std::string weight_source;  // how weight_bytes was found ("tensor bytes", "estimated ...") or why not
 };

@@ -1,10 +1,12 @@
 #include "model/llama_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "model/weight_binding.h"
 
 namespace pagoda::model {
 
@@ -18,6 +20,8 @@ TensorTable tensor_table_from_gguf(const GgufFile& file) {
   }
   return table;
 }
+
+}  // namespace
 
 Result<const TensorRef*> find_tensor(const TensorTable& tensors, const std::string& name, std::vector<int64_t> dims) {
   auto it = tensors.find(name);
@@ -60,8 +64,6 @@ Result<std::vector<float>> load_vector(const TensorTable& tensors, const std::st
   return out;
 }
 
-}  // namespace
-
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(GgufFile file) {
   PAGODA_ASSIGN_OR_RETURN(ModelConfig config, config_from_gguf(file));
   std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(file), std::move(config)));
@@ -80,6 +82,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(HfCheckpoint checkpoint) {
 
 Status LlamaModel::bind(const TensorTable& f) {
   const ModelConfig& c = config_;
+  if (c.is_mla()) return bind_mla(f);
   PAGODA_ASSIGN_OR_RETURN(token_embd_, bind_matrix(f, "token_embd.weight", c.n_vocab, c.n_embd));
   if (f.contains("output.weight")) {
     PAGODA_ASSIGN_OR_RETURN(output_, bind_matrix(f, "output.weight", c.n_vocab, c.n_embd));
@@ -94,20 +97,27 @@ Status LlamaModel::bind(const TensorTable& f) {
     PAGODA_ASSIGN_OR_RETURN(w.attn_norm, load_vector(f, p + "attn_norm.weight", c.n_embd));
     PAGODA_ASSIGN_OR_RETURN(w.ffn_norm, load_vector(f, p + "ffn_norm.weight", c.n_embd));
     PAGODA_ASSIGN_OR_RETURN(w.wq, bind_matrix(f, p + "attn_q.weight", c.q_dim(), c.n_embd));
-    PAGODA_ASSIGN_OR_RETURN(w.wk, bind_matrix(f, p + "attn_k.weight", c.kv_dim(), c.n_embd));
-    PAGODA_ASSIGN_OR_RETURN(w.wv, bind_matrix(f, p + "attn_v.weight", c.kv_dim(), c.n_embd));
+    const bool owns_kv = c.owns_kv(l);  // CLA: a layer reading an earlier layer's K/V has no K/V weights
+    if (owns_kv) {
+      PAGODA_ASSIGN_OR_RETURN(w.wk, bind_matrix(f, p + "attn_k.weight", c.kv_dim(), c.n_embd));
+      PAGODA_ASSIGN_OR_RETURN(w.wv, bind_matrix(f, p + "attn_v.weight", c.kv_dim(), c.n_embd));
+    }
     PAGODA_ASSIGN_OR_RETURN(w.wo, bind_matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim()));
     PAGODA_ASSIGN_OR_RETURN(w.w_gate, bind_matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd));
     PAGODA_ASSIGN_OR_RETURN(w.w_up, bind_matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd));
     PAGODA_ASSIGN_OR_RETURN(w.w_down, bind_matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff));
     if (c.has_qkv_bias) {
       PAGODA_ASSIGN_OR_RETURN(w.bq, load_vector(f, p + "attn_q.bias", c.q_dim()));
-      PAGODA_ASSIGN_OR_RETURN(w.bk, load_vector(f, p + "attn_k.bias", c.kv_dim()));
-      PAGODA_ASSIGN_OR_RETURN(w.bv, load_vector(f, p + "attn_v.bias", c.kv_dim()));
+      if (owns_kv) {
+        PAGODA_ASSIGN_OR_RETURN(w.bk, load_vector(f, p + "attn_k.bias", c.kv_dim()));
+        PAGODA_ASSIGN_OR_RETURN(w.bv, load_vector(f, p + "attn_v.bias", c.kv_dim()));
+      }
     }
     if (c.has_qk_norm) {
       PAGODA_ASSIGN_OR_RETURN(w.q_norm, load_vector(f, p + "attn_q_norm.weight", c.head_dim));
-      PAGODA_ASSIGN_OR_RETURN(w.k_norm, load_vector(f, p + "attn_k_norm.weight", c.head_dim));
+      if (owns_kv) {
+        PAGODA_ASSIGN_OR_RETURN(w.k_norm, load_vector(f, p + "attn_k_norm.weight", c.head_dim));
+      }
     }
   }
   return Status::ok();
@@ -117,11 +127,23 @@ int64_t LlamaModel::weight_bytes() const {
   int64_t bytes = 0;
   auto add = [&](const kernels::WeightView& w) { bytes += static_cast<int64_t>(w.row_bytes()) * w.n_out; };
   for (const LayerWeights& w : layers_) {
-    for (const auto* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) add(*m);
-    bytes += static_cast<int64_t>(w.attn_norm.size() + w.ffn_norm.size() + w.q_norm.size() + w.k_norm.size()) * 4;
+    for (const auto* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.wq_a, &w.wkv_a}) {
+      if (m->data != nullptr) add(*m);
+    }
+    bytes += static_cast<int64_t>(w.attn_norm.size() + w.ffn_norm.size() + w.q_norm.size() + w.k_norm.size() +
+                                  w.q_a_norm.size() + w.kv_a_norm.size() + w.wk_b.size() + w.wv_b.size()) * 4;
   }
   add(output_);
   return bytes;
+}
+
+int64_t max_matmul_in(const ModelConfig& c) {
+  return std::max({c.n_ff, c.q_dim(), c.n_embd, c.n_head * c.v_head_dim, c.q_lora_rank, c.qk_nope_dim, c.kv_lora_rank});
+}
+
+int64_t max_matmul_out(const ModelConfig& c) {
+  return std::max({c.n_vocab, c.n_ff, c.q_dim(), c.n_embd, c.kv_cache_head_dim(), c.q_lora_rank, c.kv_lora_rank,
+                   c.v_head_dim});
 }
 
 ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, int64_t max_tokens, int64_t max_context,
@@ -130,9 +152,8 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, int64_t max_
       pool_(pool),
       max_tokens_(max_tokens),
       max_context_(max_context),
-      matmul_(pool, max_tokens, std::max(model.config().n_ff, std::max(model.config().q_dim(), model.config().n_embd)),
-              std::max(model.config().n_vocab, std::max(model.config().n_ff, model.config().q_dim())), isa),
-      attention_scratch_(pool.num_threads(), max_context, model.config().head_dim),
+      matmul_(pool, max_tokens, max_matmul_in(model.config()), max_matmul_out(model.config()), isa),
+      attention_scratch_(pool.num_threads(), max_context, std::max(model.config().head_dim, model.config().kv_cache_head_dim())),
       isa_(isa),
       window_(model.config().sliding_window) {
   const ModelConfig& c = model.config();
@@ -144,10 +165,26 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, int64_t max_
   att_.resize(max_tokens * c.q_dim());
   gate_.resize(max_tokens * c.n_ff);
   up_.resize(max_tokens * c.n_ff);
+  if (c.is_mla()) {
+    const int64_t latent = c.kv_cache_head_dim();
+    latent_rope_ = c.rope;
+    latent_rope_.head_dim = latent;
+    q_a_.resize(max_tokens * c.q_lora_rank);
+    kv_a_.resize(max_tokens * latent);
+    q_abs_.resize(max_tokens * c.n_head * latent);
+    att_latent_.resize(max_tokens * c.n_head * c.kv_lora_rank);
+    head_in_.resize(max_tokens * std::max(c.qk_nope_dim, c.kv_lora_rank));
+    head_out_.resize(max_tokens * std::max(c.kv_lora_rank, c.v_head_dim));
+    att_.resize(max_tokens * std::max(c.q_dim(), c.n_head * c.v_head_dim));
+  }
 }
 
 void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits) {
   const ModelConfig& c = model_.config();
+  if (c.is_mla()) {
+    forward_mla(batch, kv_layers, logits);
+    return;
+  }
   const int64_t T = batch.n_tokens();
   const int64_t d = c.n_embd;
   CHECK(T > 0 && T <= max_tokens_) << "batch of " << T << " tokens, max " << max_tokens_;
@@ -157,14 +194,10 @@ void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerVi
   float* x = x_.data();
   float* xb = xb_.data();
 
-  const kernels::WeightView& emb = model_.token_embedding();
-  for (int64_t t = 0; t < T; ++t) {
-    const int32_t id = batch.tokens[t];
-    CHECK(id >= 0 && id < c.n_vocab) << "token id " << id << " outside the vocabulary";
-    kernels::dequantize_row(emb.dtype, emb.row(id), x + t * d, d);
-  }
+  embed(batch);
 
-  const kernels::AttentionParams attn{c.n_head, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), window_, n_sinks_};
+  const kernels::AttentionParams attn{c.n_head, c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                                      window_, n_sinks_};
   auto add_bias = [&](float* y, const std::vector<float>& bias) {
     if (bias.empty()) return;
     const int64_t n = static_cast<int64_t>(bias.size());
@@ -174,34 +207,68 @@ void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerVi
     const LayerWeights& w = model_.layer(l);
     // Attention block.
     kernels::rmsnorm(x, w.attn_norm.data(), xb, T, d, c.rms_eps);
+    // CLA: a layer without K/V of its own attends over its source layer's (kv_layers[l] is that
+    // layer's view; the source, earlier in this pass, has stored this batch's rows already).
+    const bool owns_kv = c.owns_kv(l);
     matmul_.run(w.wq, xb, T, q_.data());
-    matmul_.run(w.wk, xb, T, k_.data());
-    matmul_.run(w.wv, xb, T, v_.data());
     add_bias(q_.data(), w.bq);
-    add_bias(k_.data(), w.bk);
-    add_bias(v_.data(), w.bv);
+    if (owns_kv) {
+      matmul_.run(w.wk, xb, T, k_.data());
+      matmul_.run(w.wv, xb, T, v_.data());
+      add_bias(k_.data(), w.bk);
+      add_bias(v_.data(), w.bv);
+    }
     if (!w.q_norm.empty()) {  // qwen3: each head normed on its own, in place
       kernels::rmsnorm(q_.data(), w.q_norm.data(), q_.data(), T * c.n_head, c.head_dim, c.rms_eps);
-      kernels::rmsnorm(k_.data(), w.k_norm.data(), k_.data(), T * c.n_kv_head, c.head_dim, c.rms_eps);
+      if (owns_kv) kernels::rmsnorm(k_.data(), w.k_norm.data(), k_.data(), T * c.n_kv_head, c.head_dim, c.rms_eps);
     }
     kernels::rope(q_.data(), batch.positions.data(), T, c.n_head, c.rope);
-    kernels::rope(k_.data(), batch.positions.data(), T, c.n_kv_head, c.rope);
-    kernels::store_kv(kv_layers[l], k_.data(), v_.data(), batch.slot_mapping.data(), T);
+    if (owns_kv) {
+      kernels::rope(k_.data(), batch.positions.data(), T, c.n_kv_head, c.rope);
+      kernels::store_kv(kv_layers[l], k_.data(), v_.data(), batch.slot_mapping.data(), T);
+    }
     kernels::paged_attention(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs.data(),
                              static_cast<int64_t>(batch.seqs.size()), attn, att_.data(), pool_,
                              attention_scratch_, isa_);
     matmul_.run(w.wo, att_.data(), T, xb);
     kernels::add_inplace(x, xb, T * d);
-    // Feed-forward block (SwiGLU).
-    kernels::rmsnorm(x, w.ffn_norm.data(), xb, T, d, c.rms_eps);
-    matmul_.run(w.w_gate, xb, T, gate_.data());
-    matmul_.run(w.w_up, xb, T, up_.data());
-    const int64_t ff = c.n_ff;
-    pool_.parallel_for(T * ff, [&](int64_t b, int64_t e, int) { kernels::silu_mul(gate_.data() + b, up_.data() + b, e - b); }, 1024);
-    matmul_.run(w.w_down, gate_.data(), T, xb);
-    kernels::add_inplace(x, xb, T * d);
+    feed_forward(w, T);
   }
 
+  classify(batch, logits);
+}
+
+void ForwardPass::embed(const Batch& batch) {
+  const ModelConfig& c = model_.config();
+  const int64_t d = c.n_embd;
+  const kernels::WeightView& emb = model_.token_embedding();
+  for (int64_t t = 0; t < batch.n_tokens(); ++t) {
+    const int32_t id = batch.tokens[t];
+    CHECK(id >= 0 && id < c.n_vocab) << "token id " << id << " outside the vocabulary";
+    kernels::dequantize_row(emb.dtype, emb.row(id), x_.data() + t * d, d);
+  }
+}
+
+void ForwardPass::feed_forward(const LayerWeights& w, int64_t T) {
+  // Feed-forward block (SwiGLU): x += (silu(h Wgate) * (h Wup)) Wdown, h = rmsnorm(x).
+  const ModelConfig& c = model_.config();
+  const int64_t d = c.n_embd, ff = c.n_ff;
+  float* x = x_.data();
+  float* xb = xb_.data();
+  kernels::rmsnorm(x, w.ffn_norm.data(), xb, T, d, c.rms_eps);
+  matmul_.run(w.w_gate, xb, T, gate_.data());
+  matmul_.run(w.w_up, xb, T, up_.data());
+  pool_.parallel_for(T * ff, [&](int64_t b, int64_t e, int) { kernels::silu_mul(gate_.data() + b, up_.data() + b, e - b); }, 1024);
+  matmul_.run(w.w_down, gate_.data(), T, xb);
+  kernels::add_inplace(x, xb, T * d);
+}
+
+void ForwardPass::classify(const Batch& batch, float* logits) {
+  const ModelConfig& c = model_.config();
+  const int64_t T = batch.n_tokens();
+  const int64_t d = c.n_embd;
+  float* x = x_.data();
+  float* xb = xb_.data();
   // Classifier over the requested rows only.
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
   if (R == 0) return;

@@ -37,6 +37,13 @@ struct LayerWeights {
   kernels::WeightView w_down;     // [n_embd, n_ff]
   std::vector<float> bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim] (qwen2), else empty
   std::vector<float> q_norm, k_norm;  // [head_dim] each (qwen3), else empty
+  // MLA (deepseek2; wk, wv unused). r = kv_lora_rank, dn/dr = qk_nope/rope dims, dv = v_head_dim.
+  kernels::WeightView wq_a;           // [q_lora_rank, n_embd] (q LoRA; wq is then [q_dim, q_lora_rank])
+  std::vector<float> q_a_norm;        // [q_lora_rank]
+  kernels::WeightView wkv_a;          // [r + dr, n_embd]: latent c_kv then the rope key k_pe
+  std::vector<float> kv_a_norm;       // [r]
+  std::vector<float> wk_b;            // [n_head, r, dn] f32: q_nope -> latent (absorbed W_UK^T)
+  std::vector<float> wv_b;            // [n_head, dv, r] f32: latent -> value (W_UV)
 };
 
 class LlamaModel {
@@ -59,6 +66,7 @@ class LlamaModel {
  private:
   LlamaModel(GgufFile file, ModelConfig config) : file_(std::move(file)), config_(std::move(config)) {}
   Status bind(const TensorTable& tensors);
+  Status bind_mla(const TensorTable& tensors);  // deepseek2 (deepseek2_model.cpp)
   GgufFile file_;
   std::unique_ptr<HfCheckpoint> checkpoint_;  // set when loaded from a Hugging Face folder
   ModelConfig config_;
@@ -76,6 +84,8 @@ class ForwardPass {
               kernels::Isa isa = kernels::detect_isa());
 
   // kv_layers: [n_layer] views of the paged cache. logits: [batch.logit_rows.size(), n_vocab].
+  // MLA models (deepseek2): kv_layers are K-only latent views, n_kv_head 1, head_dim
+  // kv_lora_rank + qk_rope_dim (ModelConfig::kv_cache_head_dim).
   void forward(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits);
 
   int64_t max_tokens() const { return max_tokens_; }
@@ -88,6 +98,12 @@ class ForwardPass {
   }
 
  private:
+  void embed(const Batch& batch);                       // x_ = embeddings of the batch's tokens
+  void feed_forward(const LayerWeights& w, int64_t T);  // x_ += SwiGLU(rmsnorm(x_))
+  void classify(const Batch& batch, float* logits);     // logits of batch.logit_rows
+  // deepseek2 (deepseek2_model.cpp): MLA attention in the absorbed form, then the dense FFN.
+  void forward_mla(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits);
+
   const LlamaModel& model_;
   ThreadPool& pool_;
   int64_t max_tokens_;
@@ -105,6 +121,19 @@ class ForwardPass {
   std::vector<float> att_;    // [max_tokens, q_dim]
   std::vector<float> gate_;   // [max_tokens, n_ff]
   std::vector<float> up_;     // [max_tokens, n_ff]
+  // MLA only (empty otherwise); L = kv_lora_rank + qk_rope_dim. att_ is then
+  // [max_tokens, max(q_dim, n_head * v_head_dim)].
+  kernels::RopeParams latent_rope_;  // MLA: the model's RoPE over a latent row's last qk_rope_dim values
+  std::vector<float> q_a_;         // [max_tokens, q_lora_rank]
+  std::vector<float> kv_a_;        // [max_tokens, L] latent rows: rmsnorm(c_kv) | rope(k_pe)
+  std::vector<float> q_abs_;       // [max_tokens, n_head, L] queries in latent space
+  std::vector<float> att_latent_;  // [max_tokens, n_head, kv_lora_rank] attention output, latent
+  std::vector<float> head_in_;     // [max_tokens, max(dn, r)] one head's rows, gathered
+  std::vector<float> head_out_;    // [max_tokens, max(r, dv)]
 };
+
+// Widest input / output of any matmul of the model (sizes the Matmul scratch).
+int64_t max_matmul_in(const ModelConfig& c);
+int64_t max_matmul_out(const ModelConfig& c);
 
 }  // namespace pagoda::model

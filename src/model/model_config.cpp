@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -33,7 +34,80 @@ Result<std::vector<float>> read_rope_freqs(const GgufFile& file, int64_t rot_dim
   return factors;
 }
 
+// deepseek2 (MLA): the latent geometry, the YaRN softmax scale, and the refusal of MoE layers.
+Status read_mla_config(const GgufFile& file, const std::string& p, double mscale, ModelConfig& c) {
+  PAGODA_ASSIGN_OR_RETURN(c.kv_lora_rank, require_int(file, p + "attention.kv_lora_rank"));
+  c.q_lora_rank = file.get_int(p + "attention.q_lora_rank").value_or(0);
+  // Files converted for llama.cpp's MLA path name the decompressed head widths *_mla.
+  if (auto k = file.get_int(p + "attention.key_length_mla")) c.head_dim = *k;
+  c.rope.head_dim = c.head_dim;
+  c.qk_rope_dim = c.rope.rot_dim;
+  c.qk_nope_dim = c.head_dim - c.qk_rope_dim;
+  c.v_head_dim = file.get_int(p + "attention.value_length_mla")
+                     .value_or(file.get_int(p + "attention.value_length").value_or(c.qk_nope_dim));
+  c.n_kv_head = c.n_head;
+  if (c.kv_lora_rank <= 0 || c.kv_lora_rank > 65536 || c.q_lora_rank < 0 || c.q_lora_rank > 65536 ||
+      c.qk_nope_dim <= 0 || c.v_head_dim <= 0 || c.v_head_dim > 4096) {
+    return Status::error("bad MLA geometry: kv_lora_rank " + std::to_string(c.kv_lora_rank) + ", q_lora_rank " +
+                         std::to_string(c.q_lora_rank) + ", key_length " + std::to_string(c.head_dim) +
+                         " with rope.dimension_count " + std::to_string(c.qk_rope_dim) + ", value_length " +
+                         std::to_string(c.v_head_dim));
+  }
+  const int64_t n_expert = file.get_int(p + "expert_count").value_or(0);
+  const int64_t n_dense = file.get_int(p + "leading_dense_block_count").value_or(n_expert > 0 ? 0 : c.n_layer);
+  if (n_expert > 0 && n_dense < c.n_layer) {
+    return Status::error("this deepseek2 file has mixture-of-experts FFN layers (" + std::to_string(n_expert) +
+                         " experts in layers " + std::to_string(n_dense) + ".." + std::to_string(c.n_layer - 1) +
+                         "); Pagoda runs deepseek2 models whose FFN layers are all dense (MLA attention is "
+                         "supported, MoE is not)");
+  }
+  c.attn_scale = static_cast<float>(mscale * mscale / std::sqrt(static_cast<double>(c.head_dim)));
+  return Status::ok();
+}
+
 }  // namespace
+
+Result<std::vector<float>> yarn_freq_factors(const YarnRopeScaling& s, double freq_base, int64_t rot_dim) {
+  if (!(s.factor >= 1) || !std::isfinite(s.factor) || !(s.original_context > 0) || !(s.beta_fast > 0) ||
+      !(s.beta_slow > 0) || !std::isfinite(s.log_multiplier)) {
+    return Status::error("bad yarn rope scaling: needs factor >= 1, original_context_length > 0 and positive betas");
+  }
+  auto corr_dim = [&](double n_rot) {
+    return rot_dim * std::log(s.original_context / (n_rot * 2 * std::numbers::pi)) / (2 * std::log(freq_base));
+  };
+  const double low = std::max(0.0, std::floor(corr_dim(s.beta_fast)));
+  const double high = std::min(static_cast<double>(rot_dim - 1), std::ceil(corr_dim(s.beta_slow)));
+  std::vector<float> factors(rot_dim / 2);
+  for (int64_t i = 0; i < rot_dim / 2; ++i) {
+    const double y = (static_cast<double>(i) - low) / std::max(0.001, high - low);
+    const double ramp = 1.0 - std::min(1.0, std::max(0.0, y));
+    factors[i] = static_cast<float>(1.0 / (ramp + (1.0 - ramp) / s.factor));
+  }
+  return factors;
+}
+
+Status set_kv_source_layers(ModelConfig& c, const std::vector<int64_t>& src) {
+  if (static_cast<int64_t>(src.size()) != c.n_layer) {
+    return Status::error("attention.kv_source_layer has " + std::to_string(src.size()) + " entries for " +
+                         std::to_string(c.n_layer) + " layers");
+  }
+  c.kv_source_layer.assign(src.begin(), src.end());
+  c.kv_cache_layer.assign(src.size(), 0);
+  int32_t n_sources = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const int64_t s = src[l];
+    if (s < 0 || s > l || src[s] != s) {
+      return Status::error("attention.kv_source_layer: layer " + std::to_string(l) + " reads the K/V of layer " +
+                           std::to_string(s) + ", which must be an earlier (or the same) layer that owns its K/V");
+    }
+    c.kv_cache_layer[l] = s == l ? n_sources++ : c.kv_cache_layer[s];
+  }
+  if (n_sources == c.n_layer) {  // nothing shared
+    c.kv_source_layer.clear();
+    c.kv_cache_layer.clear();
+  }
+  return Status::ok();
+}
 
 Status validate_config(const ModelConfig& c) {
   if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.n_kv_head <= 0 || c.n_ff <= 0 ||
@@ -108,8 +182,11 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file) {
     c.arch = Arch::kQwen3;
     c.rope.style = kernels::RopeStyle::kNeoxHalves;
     c.has_qk_norm = true;
+  } else if (c.arch_name == "deepseek2") {
+    c.arch = Arch::kDeepseek2;  // llama.cpp converts its rope weights to adjacent pairs (ROPE_TYPE_NORM)
+    c.rope.style = kernels::RopeStyle::kAdjacentPairs;
   } else {
-    return Status::error("unsupported architecture '" + c.arch_name + "' (supported: llama, qwen2, qwen3)");
+    return Status::error("unsupported architecture '" + c.arch_name + "' (supported: llama, qwen2, qwen3, deepseek2)");
   }
   c.name = file.get_string("general.name").value_or("");
   const std::string p = c.arch_name + ".";
@@ -135,14 +212,34 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file) {
   }
   c.rope.freq_base = static_cast<float>(file.get_float(p + "rope.freq_base").value_or(10000.0));
   auto scaling = file.get_string(p + "rope.scaling.type");
+  YarnRopeScaling yarn;  // factor 1: no YaRN
   if (scaling.has_value() && *scaling == "linear") {
     double factor = file.get_float(p + "rope.scaling.factor").value_or(1.0);
     if (factor <= 0) return Status::error("bad rope.scaling.factor");
     c.rope.freq_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling.has_value() && *scaling == "yarn" && c.arch == Arch::kDeepseek2) {
+    yarn.factor = file.get_float(p + "rope.scaling.factor").value_or(1.0);
+    yarn.original_context = file.get_float(p + "rope.scaling.original_context_length").value_or(4096);
+    yarn.log_multiplier = file.get_float(p + "rope.scaling.yarn_log_multiplier").value_or(0.0);
+    yarn.beta_fast = file.get_float(p + "rope.scaling.yarn_beta_fast").value_or(32.0);
+    yarn.beta_slow = file.get_float(p + "rope.scaling.yarn_beta_slow").value_or(1.0);
+    PAGODA_ASSIGN_OR_RETURN(c.rope.freq_factors, yarn_freq_factors(yarn, c.rope.freq_base, c.rope.rot_dim));
   } else if (scaling.has_value() && *scaling != "none") {
-    return Status::error("unsupported rope scaling type '" + *scaling + "'");
+    return Status::error("unsupported rope scaling type '" + *scaling + "'" +
+                         (*scaling == "yarn" ? " for " + c.arch_name + " (yarn: deepseek2 only)" : std::string()));
   }
-  PAGODA_ASSIGN_OR_RETURN(c.rope.freq_factors, read_rope_freqs(file, c.rope.rot_dim));
+  if (c.rope.freq_factors.empty()) {
+    PAGODA_ASSIGN_OR_RETURN(c.rope.freq_factors, read_rope_freqs(file, c.rope.rot_dim));
+  }
+  if (c.arch == Arch::kDeepseek2) PAGODA_RETURN_IF_ERROR(read_mla_config(file, p, yarn_attn_mscale(yarn), c));
+  if (const GgufValue* v = file.find(p + "attention.kv_source_layer")) {
+    auto sources = v->to_int_array();
+    if (!sources.has_value()) return Status::error("attention.kv_source_layer must be an array of layer indices");
+    PAGODA_RETURN_IF_ERROR(set_kv_source_layers(c, *sources));
+    if (c.is_mla() && !c.kv_source_layer.empty()) {
+      return Status::error("cross-layer KV sharing (attention.kv_source_layer) with MLA is not supported");
+    }
+  }
   if (auto v = file.get_int(p + "vocab_size")) c.n_vocab = *v;
   if (const auto* tokens = file.get_string_array("tokenizer.ggml.tokens"); tokens && c.n_vocab == 0) {
     c.n_vocab = static_cast<int64_t>(tokens->size());

@@ -3,6 +3,7 @@
 // validated once (validate_config).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,11 +15,11 @@ namespace pagoda::model {
 
 class GgufFile;
 
-enum class Arch { kLlama, kQwen2, kQwen3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kDeepseek2 };
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
-  std::string arch_name;     // "llama", "qwen2", "qwen3"
+  std::string arch_name;     // "llama", "qwen2", "qwen3", "deepseek2"
   std::string name;          // general.name, if any
   int64_t n_embd = 0;        // model width
   int64_t n_layer = 0;
@@ -35,11 +36,39 @@ struct ModelConfig {
   // {arch}.attention.sliding_window; 0 if absent. > 0: every layer attends only to the last
   // sliding_window positions (position p sees t with p - t < sliding_window).
   int64_t sliding_window = 0;
+  // MLA (deepseek2, kv_lora_rank > 0): head_dim = qk_nope_dim + qk_rope_dim is the query/key
+  // head width, rope.rot_dim = qk_rope_dim, n_kv_head = n_head (the decompressed heads). The
+  // cache holds one latent row of kv_lora_rank + qk_rope_dim per token and layer.
+  int64_t q_lora_rank = 0;   // 0: plain attn_q
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_dim = 0;
+  int64_t qk_rope_dim = 0;
+  int64_t v_head_dim = 0;
+  float attn_scale = 0.0f;   // softmax scale; 0: 1 / sqrt(head_dim) (MLA with YaRN: x mscale^2)
 
+  // Cross-layer KV sharing (CLA / YOCO-style; GGUF {arch}.attention.kv_source_layer, [n_layer]
+  // ints): layer l attends over the K/V of layer kv_source_layer[l] <= l, whose own source is
+  // itself, and has no K/V weights of its own unless it is a source. Empty: every layer owns KV.
+  std::vector<int32_t> kv_source_layer;
+  // [n_layer] the index among the source layers (the paged cache's layer) of l's K/V; empty
+  // when nothing is shared.
+  std::vector<int32_t> kv_cache_layer;
+
+  bool is_mla() const { return kv_lora_rank > 0; }
+  bool owns_kv(int64_t l) const { return kv_source_layer.empty() || kv_source_layer[l] == l; }
+  // Layers that own K/V blocks: n_layer unless layers share.
+  int64_t n_kv_layers() const {
+    return kv_cache_layer.empty() ? n_layer : kv_cache_layer.back() + 1;  // non-decreasing
+  }
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_kv_head * head_dim; }
-  // 2 x n_layer x n_kv_head x head_dim x elem_bytes
-  int64_t kv_bytes_per_token(int64_t elem_bytes) const { return 2 * n_layer * kv_dim() * elem_bytes; }
+  // The paged cache's geometry: MLA keeps one latent "head" of kv_lora_rank + qk_rope_dim, K only.
+  int64_t kv_cache_heads() const { return is_mla() ? 1 : n_kv_head; }
+  int64_t kv_cache_head_dim() const { return is_mla() ? kv_lora_rank + qk_rope_dim : head_dim; }
+  // 2 x n_layer x n_kv_head x head_dim x elem_bytes (MLA: n_layer x latent width x elem_bytes)
+  int64_t kv_bytes_per_token(int64_t elem_bytes) const {
+    return is_mla() ? n_kv_layers() * kv_cache_head_dim() * elem_bytes : 2 * n_kv_layers() * kv_dim() * elem_bytes;
+  }
 };
 
 // Reads and validates the hyperparameters; the error names the missing or bad key.
@@ -48,6 +77,10 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file);
 
 // Checks counts, head geometry and RoPE of a filled config (both readers end with it).
 Status validate_config(const ModelConfig& config);
+
+// Sets config.kv_source_layer and kv_cache_layer from a [n_layer] source map, or explains what
+// is wrong with it (a source after its layer, a source that itself reads another layer).
+Status set_kv_source_layers(ModelConfig& config, const std::vector<int64_t>& sources);
 
 // Llama 3 rope scaling ("rope_type": "llama3") as per-pair frequency divisors [rot_dim / 2]
 // for RopeParams::freq_factors. With wavelength w_i = 2 pi / (base^(-2i / rot_dim)),
@@ -62,5 +95,24 @@ struct Llama3RopeScaling {
   double original_context = 8192;
 };
 Result<std::vector<float>> llama3_freq_factors(const Llama3RopeScaling& scaling, double freq_base, int64_t rot_dim);
+
+// YaRN ("rope.scaling.type" = "yarn", as ggml's rope_yarn computes it with ext_factor 1) as
+// per-pair frequency divisors [rot_dim / 2]: pair i keeps its frequency (extrapolation) when
+// i <= low, is divided by `factor` (interpolation) when i >= high, and blends linearly between:
+//   ramp_i = 1 - clamp((i - low) / max(0.001, high - low), 0, 1)
+//   inv_freq_i = base^(-2i / rot_dim) x (ramp_i + (1 - ramp_i) / factor)
+// with low = max(0, floor(d(beta_fast))), high = min(rot_dim - 1, ceil(d(beta_slow))),
+// d(b) = rot_dim x ln(original_context / (b x 2 pi)) / (2 ln base). The cos/sin magnitude is
+// left 1 (llama.cpp's deepseek2 cancels ggml's YaRN mscale); the softmax scale gets
+// mscale^2 with mscale = 1 + log_multiplier x ln(factor) (yarn_attn_mscale).
+struct YarnRopeScaling {
+  double factor = 1.0;
+  double original_context = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double log_multiplier = 0.0;  // {arch}.rope.scaling.yarn_log_multiplier (DeepSeek-V2: 0.0707)
+};
+Result<std::vector<float>> yarn_freq_factors(const YarnRopeScaling& scaling, double freq_base, int64_t rot_dim);
+inline double yarn_attn_mscale(const YarnRopeScaling& s) { return 1.0 + s.log_multiplier * std::log(s.factor); }
 
 }  // namespace pagoda::model

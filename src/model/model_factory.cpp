@@ -45,6 +45,12 @@ const std::vector<ModelShape>& model_shapes() {
       {"tiny", 64, 2, 4, 2, 96, 320, 512},
       {"llama-110m", 768, 12, 12, 12, 2048, 32000, 2048},
       {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048},
+      {"tiny-mla", 64, 2, 4, 4, 96, 320, 512, "deepseek2", 0, 0, 32, 16, 8, 16},
+      {"tiny-mla-q", 64, 2, 4, 4, 96, 320, 512, "deepseek2", 0, 24, 32, 16, 8, 24, 4.0},
+      {"dsv2-lite", 2048, 27, 16, 16, 1408, 32000, 4096, "deepseek2", 0, 0, 512, 128, 64, 128},
+      {"dsv2-lite-gqa", 2048, 27, 16, 4, 1408, 32000, 4096},
+      {"dsv2-mini", 2048, 4, 16, 16, 1408, 32000, 4096, "deepseek2", 0, 0, 512, 128, 64, 128},
+      {"dsv2-mini-gqa", 2048, 4, 16, 4, 1408, 32000, 4096},
   };
   return kShapes;
 }
@@ -132,6 +138,9 @@ DType weight_dtype(const WeightMix& mix, const std::string& tensor, int64_t n_in
   return dtype;
 }
 
+Result<GgufFile> make_random_mla_model(const ModelShape& s, const WeightMix& mix, uint64_t seed,
+                                       const std::function<void(int64_t, int64_t)>& progress);
+
 Result<GgufFile> make_random_model(const ModelShape& s, DType dtype, uint64_t seed) {
   PAGODA_ASSIGN_OR_RETURN(WeightMix mix, find_weight_mix(std::string(dtype_name(dtype))));
   return make_random_model(s, mix, seed);
@@ -142,6 +151,10 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
   auto report = [&](int64_t done) {
     if (progress) progress(done, s.n_layer + 2);
   };
+  if (s.arch == "deepseek2") {
+    if (s.cla > 1) return Status::error("--cla is for llama/qwen2 shapes, not MLA");
+    return make_random_mla_model(s, mix, seed, progress);
+  }
   if (s.n_embd % s.n_head != 0 || s.n_head % s.n_kv_head != 0) return Status::error("bad shape " + s.name);
   for (int64_t n_in : {s.n_embd, s.n_ff}) {
     if (n_in % dtype_info(weight_dtype(mix, "blk.0.ffn_up.weight", n_in, s.n_layer)).block_elems != 0) {
@@ -168,6 +181,11 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
   f.set(a + "rope.freq_base", GgufValue::of_f32(10000.0f));
   f.set(a + "attention.layer_norm_rms_epsilon", GgufValue::of_f32(1e-5f));
   f.set(a + "vocab_size", GgufValue::of_u32(static_cast<uint32_t>(s.n_vocab)));
+  if (s.cla > 1) {
+    std::vector<int32_t> sources(s.n_layer);
+    for (int64_t l = 0; l < s.n_layer; ++l) sources[l] = static_cast<int32_t>(l - l % s.cla);
+    f.set(a + "attention.kv_source_layer", GgufValue::i32_array(sources));
+  }
   vocab_to_gguf(make_synthetic_vocab(s.n_vocab), f);
 
   Rng rng(seed);
@@ -181,15 +199,90 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     PAGODA_RETURN_IF_ERROR(add_ones(f, p + "attn_norm.weight", s.n_embd));
+    const bool owns_kv = s.cla <= 1 || l % s.cla == 0;
     PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_q.weight", q_dim, s.n_embd));
-    PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_k.weight", kv_dim, s.n_embd));
-    PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_v.weight", kv_dim, s.n_embd));
+    if (owns_kv) {
+      PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_k.weight", kv_dim, s.n_embd));
+      PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_v.weight", kv_dim, s.n_embd));
+    }
     PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_output.weight", s.n_embd, q_dim));
     if (s.arch == "qwen2") {
       PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_q.bias", q_dim, rng));
-      PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_k.bias", kv_dim, rng));
-      PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_v.bias", kv_dim, rng));
+      if (owns_kv) {
+        PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_k.bias", kv_dim, rng));
+        PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_v.bias", kv_dim, rng));
+      }
     }
+    PAGODA_RETURN_IF_ERROR(add_ones(f, p + "ffn_norm.weight", s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate.weight", s.n_ff, s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_up.weight", s.n_ff, s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_down.weight", s.n_embd, s.n_ff));
+    report(l + 2);
+  }
+  PAGODA_RETURN_IF_ERROR(add_ones(f, "output_norm.weight", s.n_embd));
+  PAGODA_RETURN_IF_ERROR(add_weight("output.weight", s.n_vocab, s.n_embd));
+  report(s.n_layer + 2);
+  return f;
+}
+
+Result<GgufFile> make_random_mla_model(const ModelShape& s, const WeightMix& mix, uint64_t seed,
+                                       const std::function<void(int64_t, int64_t)>& progress) {
+  const int64_t H = s.n_head, r = s.kv_lora_rank, dn = s.qk_nope_dim, dr = s.qk_rope_dim, dv = s.v_head_dim;
+  if (r <= 0 || dn <= 0 || dr <= 0 || dr % 2 != 0 || dv <= 0 || s.q_lora_rank < 0) {
+    return Status::error("bad MLA shape " + s.name);
+  }
+  auto u32 = [](int64_t v) { return GgufValue::of_u32(static_cast<uint32_t>(v)); };
+  const std::string a = "deepseek2.";
+  GgufFile f;
+  f.set("general.architecture", GgufValue::of_string("deepseek2"));
+  f.set("general.name", GgufValue::of_string("pagoda-random-" + s.name + "-" + mix.name));
+  f.set("general.file_type", GgufValue::of_u32(mix.file_type));
+  f.set(a + "context_length", u32(s.n_ctx));
+  f.set(a + "embedding_length", u32(s.n_embd));
+  f.set(a + "block_count", u32(s.n_layer));
+  f.set(a + "feed_forward_length", u32(s.n_ff));
+  f.set(a + "leading_dense_block_count", u32(s.n_layer));
+  f.set(a + "attention.head_count", u32(H));
+  f.set(a + "attention.head_count_kv", u32(H));
+  f.set(a + "attention.key_length", u32(dn + dr));
+  f.set(a + "attention.value_length", u32(dv));
+  f.set(a + "attention.kv_lora_rank", u32(r));
+  if (s.q_lora_rank > 0) f.set(a + "attention.q_lora_rank", u32(s.q_lora_rank));
+  f.set(a + "rope.dimension_count", u32(dr));
+  f.set(a + "rope.freq_base", GgufValue::of_f32(10000.0f));
+  if (s.yarn_factor > 1) {
+    f.set(a + "rope.scaling.type", GgufValue::of_string("yarn"));
+    f.set(a + "rope.scaling.factor", GgufValue::of_f32(static_cast<float>(s.yarn_factor)));
+    f.set(a + "rope.scaling.original_context_length", u32(static_cast<int64_t>(s.n_ctx / s.yarn_factor)));
+    f.set(a + "rope.scaling.yarn_log_multiplier", GgufValue::of_f32(0.0707f));
+  }
+  f.set(a + "attention.layer_norm_rms_epsilon", GgufValue::of_f32(1e-6f));
+  f.set(a + "vocab_size", u32(s.n_vocab));
+  vocab_to_gguf(make_synthetic_vocab(s.n_vocab), f);
+
+  Rng rng(seed);
+  auto add_weight = [&](const std::string& name, int64_t n_out, int64_t n_in) {
+    return add_random_matrix(f, name, n_out, n_in, weight_dtype(mix, name, n_in, s.n_layer), rng);
+  };
+  auto report = [&](int64_t done) {
+    if (progress) progress(done, s.n_layer + 2);
+  };
+  PAGODA_RETURN_IF_ERROR(add_weight("token_embd.weight", s.n_vocab, s.n_embd));
+  report(1);
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    PAGODA_RETURN_IF_ERROR(add_ones(f, p + "attn_norm.weight", s.n_embd));
+    if (s.q_lora_rank > 0) {
+      PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_q_a.weight", s.q_lora_rank, s.n_embd));
+      PAGODA_RETURN_IF_ERROR(add_ones(f, p + "attn_q_a_norm.weight", s.q_lora_rank));
+      PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_q_b.weight", H * (dn + dr), s.q_lora_rank));
+    } else {
+      PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_q.weight", H * (dn + dr), s.n_embd));
+    }
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_kv_a_mqa.weight", r + dr, s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_ones(f, p + "attn_kv_a_norm.weight", r));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_kv_b.weight", H * (dn + dv), r));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_output.weight", s.n_embd, H * dv));
     PAGODA_RETURN_IF_ERROR(add_ones(f, p + "ffn_norm.weight", s.n_embd));
     PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate.weight", s.n_ff, s.n_embd));
     PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_up.weight", s.n_ff, s.n_embd));

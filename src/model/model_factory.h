@@ -22,11 +22,23 @@ namespace pagoda::model {
 struct ModelShape {
   std::string name;
   int64_t n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx;
-  std::string arch = "llama";  // or "qwen2" (q/k/v biases, NeoX RoPE)
+  std::string arch = "llama";  // or "qwen2" (q/k/v biases, NeoX RoPE), "deepseek2" (MLA)
   int64_t sliding_window = 0;  // > 0: written as {arch}.attention.sliding_window
+  // deepseek2 only (n_kv_head is then n_head; n_embd need not be n_head x head dim): MLA with a
+  // latent of kv_lora_rank, query/key heads of qk_nope_dim + qk_rope_dim, values of v_head_dim,
+  // q LoRA when q_lora_rank > 0, YaRN when yarn_factor > 1 (original context n_ctx / factor).
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
+  double yarn_factor = 0;
+  // > 1: cross-layer KV sharing, groups of `cla` layers reading the K/V of the group's first
+  // ({arch}.attention.kv_source_layer; the others get no attn_k / attn_v). llama/qwen2 only.
+  int64_t cla = 0;
 };
 
-// Known shapes: "default" (built in), "tiny" (tests), "llama-110m", "tinyllama-1.1b".
+// Known shapes: "default" (built in), "tiny" (tests), "llama-110m", "tinyllama-1.1b", and MLA
+// ones: "tiny-mla" (plain q), "tiny-mla-q" (q LoRA + YaRN), "dsv2-lite" (DeepSeek-V2-Lite's
+// attention geometry with a dense FFN of its expert width) next to "dsv2-lite-gqa" (the same
+// model with GQA, 4 kv heads of 128, for the capacity and speed comparison), and "dsv2-mini" /
+// "dsv2-mini-gqa": the same layers, 4 of them (benchmarks on small machines).
 const std::vector<ModelShape>& model_shapes();
 Result<ModelShape> find_model_shape(const std::string& name);
 

@@ -53,13 +53,17 @@ struct RouterServer::Attempt {
 };
 
 void RouterServer::handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  if (!authorized(req, res)) return;
   count(&RouterCounters::requests);
+  const int64_t received_ns = clock_.now_ns();
   const RoutingRequest rr = read_routing_request(req.body, chat, *tokenizer_, chat_template_,
                                                  http::bearer_token(req.get_header_value("Authorization")));
   const http::ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
   const double poll = config_.poll_interval_s;
   std::vector<bool> tried(workers_.size(), false);
   Failure last;
+  const std::optional<std::string> decode_body =
+      config_.prefill_workers.empty() ? std::optional<std::string>() : prefill_remotely(req);
   for (int attempt = 0; attempt <= config_.max_retries; ++attempt) {
     int64_t overlap = 0;
     const int w = choose(rr, tried, overlap);
@@ -73,7 +77,9 @@ void RouterServer::handle_generate(const httplib::Request& req, httplib::Respons
     ticket.prefill_tokens = std::max<int64_t>(0, prompt_tokens - overlap * block_size);
     ticket.blocks = (prompt_tokens + std::max<int64_t>(0, rr.max_tokens) * rr.num_choices + block_size - 1) / block_size;
     worker.begin(ticket);
-    auto up = std::make_unique<Upstream>(upstream_request(req, worker));
+    UpstreamRequest upstream = upstream_request(req, worker);
+    if (decode_body) upstream.body = *decode_body;
+    auto up = std::make_unique<Upstream>(std::move(upstream));
     auto client_left = [&] {
       if (probe.alive()) return false;
       up->cancel();
@@ -121,12 +127,14 @@ void RouterServer::handle_generate(const httplib::Request& req, httplib::Respons
       WorkerCounters c = answered;
       c.reported_cached_tokens = cached_tokens_in(body);
       worker.count(c);
+      if (status == 200) observe_ttft(static_cast<size_t>(w), static_cast<double>(clock_.now_ns() - received_ns) * 1e-9);
       res.status = status;
       if (!up->header("Retry-After").empty()) res.set_header("Retry-After", up->header("Retry-After"));
       res.set_content(body, content_type.empty() ? "application/json" : content_type);
       return;
     }
     worker.prefilled(ticket);  // the first bytes of a stream come with its first token
+    observe_ttft(static_cast<size_t>(w), static_cast<double>(clock_.now_ns() - received_ns) * 1e-9);
     auto a = std::make_shared<Attempt>();
     a->up = std::move(up);
     a->worker = &worker;

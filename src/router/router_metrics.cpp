@@ -13,6 +13,8 @@
 //   gauges    pagoda_router_worker_up{worker}, pagoda_router_in_flight_requests{worker},
 //             pagoda_router_active_blocks{worker}, pagoda_router_indexed_blocks{worker},
 //             pagoda_router_kv_events_synced{worker}
+//   histogram pagoda_router_time_to_first_token_seconds        until the client could see the
+//             first token: a stream's first bytes, a whole answer otherwise (200s only)
 #include "router/router_server.h"
 #include "server/http/prometheus_text.h"
 
@@ -26,6 +28,9 @@ std::string RouterServer::metrics_text() const {
     http::prometheus_sample(out, name, static_cast<double>(v));
   };
   counter("pagoda_router_requests_total", "Generate requests received.", rc.requests);
+  counter("pagoda_router_pd_prefills_total", "P/D: prefills that lent their KV to a decode worker.", rc.pd_prefills);
+  counter("pagoda_router_pd_prefill_failures_total", "P/D: prefills that failed (the decode worker computed the prompt).",
+          rc.pd_prefill_failures);
   counter("pagoda_router_retries_total", "Attempts on another worker after one failed before anything was streamed.",
           rc.retries);
   counter("pagoda_router_unroutable_requests_total", "Requests no worker could take.", rc.unroutable);
@@ -78,6 +83,15 @@ std::string RouterServer::metrics_text() const {
              [](const Row& r) { return r.indexed; });
   per_worker("pagoda_router_kv_events_synced", "gauge", "1 while the worker's index follows its events.",
              [](const Row& r) { return r.ev && r.ev->synced ? 1 : 0; });
+  LatencyHistogram ttft;
+  {
+    std::lock_guard lock(latency_mutex_);
+    ttft = ttft_;
+  }
+  http::prometheus_histogram(out, "pagoda_router_time_to_first_token_seconds",
+                             "Seconds from a request's arrival until its first token reached the client (a stream's "
+                             "first bytes; a whole answer otherwise).",
+                             LatencyHistogram::kBounds, ttft.buckets, ttft.sum, ttft.count);
   return out;
 }
 

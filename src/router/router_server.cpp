@@ -20,12 +20,14 @@ RouterServer::RouterServer(RouterConfig config, std::vector<WorkerAddress> worke
       clock_(clock),
       logger_(logger),
       listener_(std::make_unique<http::HttpListener>(
-          http::ListenerConfig{config_.host, config_.port, config_.http_threads, config_.max_body_bytes}, logger)) {
+          http::ListenerConfig{config_.host, config_.port, config_.http_threads, config_.max_body_bytes}, logger)),
+      started_ns_(clock.now_ns()) {
   WorkerOptions options;
   options.api_key = config_.worker_api_key;
   options.connect_timeout_s = config_.connect_timeout_s;
   options.tokenizer_probe = model::encode_prompt(*tokenizer_, model::kTokenizerProbe);
   for (WorkerAddress& a : workers) workers_.push_back(std::make_unique<Worker>(std::move(a), options, clock_, logger_));
+  worker_ttft_.resize(workers_.size());
   routes();
 }
 
@@ -96,10 +98,12 @@ int RouterServer::choose(const RoutingRequest& request, const std::vector<bool>&
     if (info) block_size = info->block_size;
     if (available && info && request.parsed && w.predictable()) {
       const kvcache::KvNamespace ns = info->kv_namespace(request.tenant_salt(info->salt_per_api_key));
-      const uint64_t key = ns.key() ^ static_cast<uint64_t>(info->block_size);
+      // One chain per (namespace, block size, hash scheme) among the workers.
+      const uint64_t key = ns.key() ^ static_cast<uint64_t>(info->block_size) ^
+                           static_cast<uint64_t>(reinterpret_cast<uintptr_t>(info->hash_fn()));
       auto it = std::find_if(chains.begin(), chains.end(), [&](const auto& c) { return c.first == key; });
       if (it == chains.end()) {
-        chains.emplace_back(key, prompt_block_hashes(request.tokens, info->block_size, ns));
+        chains.emplace_back(key, prompt_block_hashes(request.tokens, info->block_size, ns, info->hash_fn()));
         it = chains.end() - 1;
       }
       overlap = w.matched_blocks(it->second);
@@ -167,8 +171,12 @@ void RouterServer::routes() {
   http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(req, res, true);
   });
-  http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { forward_simple(req, res); });
-  http.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) { forward_simple(req, res); });
+  http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (authorized(req, res)) forward_simple(req, res);
+  });
+  http.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
+    if (authorized(req, res)) forward_simple(req, res);
+  });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     int up = 0;
     for (auto& w : workers_) up += w->up() ? 1 : 0;
@@ -180,9 +188,10 @@ void RouterServer::routes() {
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  http.Get("/router/workers", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(workers_json(), "application/json");
+  http.Get("/router/workers", [this](const httplib::Request& req, httplib::Response& res) {
+    if (authorized(req, res)) res.set_content(workers_json(), "application/json");
   });
+  dashboard_routes();
 }
 
 std::string RouterServer::workers_json() const {
@@ -199,6 +208,7 @@ std::string RouterServer::workers_json() const {
               {"active_blocks", load.active_blocks},
               {"pending_prefill_tokens", load.pending_prefill_tokens},
               {"routed", c.routed},
+              {"prompt_tokens", c.prompt_tokens},
               {"failed_attempts", c.failed_attempts},
               {"predicted_cached_tokens", c.predicted_cached_tokens},
               {"reported_cached_tokens", c.reported_cached_tokens}};

@@ -9,6 +9,15 @@
 //   GET  /health                                 200 while a worker is up, else 503
 //   GET  /metrics                                the router's Prometheus text (router_metrics.cpp)
 //   GET  /router/workers                         each worker's state (JSON)
+//   GET  /router/stats                           the router's counters, TTFT and every worker's
+//                                                state in one JSON (router_dashboard.cpp)
+//   GET  /dashboard (+ its assets)               the live router dashboard, polling /router/stats
+//                                                (off with RouterConfig::dashboard = false)
+//
+// Keys: with api_keys set, /v1/* and /router/* answer 401 to a request without one of them
+// (Authorization: Bearer KEY); the key is still forwarded, so workers given the same keys (and
+// salt_per_api_key) see the caller's own. Without, the router checks nothing and the workers
+// decide. /health, /metrics and the dashboard's static files (no data in them) are open.
 //
 // Retries: an attempt that fails before anything reached the client (connection refused or
 // reset, a 429 or 5xx status, a stream that breaks before its first byte) is retried on the
@@ -24,6 +33,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +43,7 @@
 #include "core/status.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
+#include "router/latency_histogram.h"
 #include "router/policy.h"
 #include "router/routing_request.h"
 #include "router/upstream.h"
@@ -59,6 +70,13 @@ struct RouterConfig {
   std::string worker_api_key;      // for the router's own calls to workers
   int http_threads = 256;
   size_t max_body_bytes = 8u << 20;
+  std::vector<std::string> api_keys;  // clients' keys the router itself checks (empty: none)
+  bool dashboard = true;           // GET /dashboard
+  // P/D disaggregation (router/pd_prefill.cpp): each generate request runs first on a prefill
+  // worker (round-robin, max_tokens 1, kv_transfer_params {"do_remote_decode": true}), then on a
+  // decode worker (the workers above) with the prefill's kv_transfer_params. A prefill that
+  // fails sends the request to the decode worker unchanged (it computes the prompt itself).
+  std::vector<WorkerAddress> prefill_workers;
 };
 
 struct RouterCounters {
@@ -66,6 +84,8 @@ struct RouterCounters {
   int64_t retries = 0;             // attempts after a failed one
   int64_t unroutable = 0;          // answered by the router itself: no worker could take them
   int64_t broken_streams = 0;      // a worker failed after the stream had begun
+  int64_t pd_prefills = 0;         // P/D: prefills that lent their KV
+  int64_t pd_prefill_failures = 0; // P/D: prefills that failed (the decode worker computed)
 };
 
 class RouterServer {
@@ -87,6 +107,7 @@ class RouterServer {
   std::vector<Worker*> workers();
   RouterCounters counters() const;
   std::string metrics_text() const;  // router_metrics.cpp
+  std::string stats_json() const;    // GET /router/stats (router_dashboard.cpp)
 
  private:
   struct Attempt;
@@ -97,8 +118,17 @@ class RouterServer {
   // The best worker for the request among those not tried; -1 when none is up.
   int choose(const RoutingRequest& request, const std::vector<bool>& tried, int64_t& overlap_blocks);
   UpstreamRequest upstream_request(const httplib::Request& req, const Worker& worker) const;
+  // P/D: the body for the decode worker (the request plus the prefill's kv_transfer_params),
+  // or nullopt when the prefill failed (then the request goes unchanged).
+  std::optional<std::string> prefill_remotely(const httplib::Request& req);
+  std::atomic<uint64_t> prefill_cursor_{0};
   void count(int64_t RouterCounters::*field);
   std::string workers_json() const;
+  // router_dashboard.cpp: the key check (false: res holds the 401), /router/stats and /dashboard.
+  bool authorized(const httplib::Request& req, httplib::Response& res) const;
+  void dashboard_routes();
+  // Time until the client could see the first token (a stream's first bytes, or a whole answer).
+  void observe_ttft(size_t worker, double seconds);
 
   RouterConfig config_;
   std::vector<std::unique_ptr<Worker>> workers_;
@@ -114,6 +144,11 @@ class RouterServer {
   bool stopping_ = false;
   RouterCounters counters_;
   std::thread health_thread_;
+
+  const int64_t started_ns_;
+  mutable std::mutex latency_mutex_;  // guards what follows
+  LatencyHistogram ttft_;             // every worker's
+  std::vector<LatencyHistogram> worker_ttft_;  // [workers_.size()]
 };
 
 }  // namespace pagoda::router

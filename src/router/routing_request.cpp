@@ -76,7 +76,7 @@ RoutingRequest read_routing_request(std::string_view body, bool chat, const mode
 }
 
 std::vector<kvcache::BlockHash> prompt_block_hashes(std::span<const int32_t> tokens, int64_t block_size,
-                                                    const kvcache::KvNamespace& ns) {
+                                                    const kvcache::KvNamespace& ns, kvcache::BlockHashFn hash_fn) {
   std::vector<kvcache::BlockHash> out;
   if (tokens.empty() || block_size <= 0) return out;
   const int64_t num_blocks = (static_cast<int64_t>(tokens.size()) - 1) / block_size;
@@ -84,7 +84,7 @@ std::vector<kvcache::BlockHash> prompt_block_hashes(std::span<const int32_t> tok
   const uint64_t key = ns.key();
   kvcache::BlockHash parent = kvcache::kRootBlockHash;
   for (int64_t b = 0; b < num_blocks; ++b) {
-    parent = kvcache::hash_block(parent, tokens.subspan(static_cast<size_t>(b * block_size), static_cast<size_t>(block_size)), key);
+    parent = hash_fn(parent, tokens.subspan(static_cast<size_t>(b * block_size), static_cast<size_t>(block_size)), key);
     out.push_back(parent);
   }
   return out;

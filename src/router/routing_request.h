@@ -39,7 +39,9 @@ struct RoutingRequest {
 RoutingRequest read_routing_request(std::string_view body, bool chat, const model::Tokenizer& tokenizer,
                                     const model::ChatTemplate& chat_template, std::string_view api_key);
 
+// hash_fn: the worker's scheme (kvcache::block_hash_fn of what it advertises).
 std::vector<kvcache::BlockHash> prompt_block_hashes(std::span<const int32_t> tokens, int64_t block_size,
-                                                    const kvcache::KvNamespace& ns);
+                                                    const kvcache::KvNamespace& ns,
+                                                    kvcache::BlockHashFn hash_fn = &kvcache::hash_block);
 
 }  // namespace pagoda::router

@@ -74,7 +74,7 @@ Status Worker::check() {
     return info.status();
   }
   std::string why_not;
-  if (info->block_hash != kBlockHashScheme) why_not = "its block hash scheme is '" + info->block_hash + "'";
+  if (!kvcache::block_hash_scheme_from_name(info->block_hash)) why_not = "its block hash scheme is '" + info->block_hash + "'";
   if (!info->prefix_caching) why_not = "its prefix cache is off";
   if (!info->events_enabled) why_not = "its KV events are off (--kv-events-config)";
   if (info->tokenizer_probe != options_.tokenizer_probe) why_not = "it tokenizes differently from the router's tokenizer";

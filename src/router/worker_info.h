@@ -29,13 +29,20 @@ struct WorkerInfo {
   std::string topic;
   int64_t last_seq = -1;            // the last batch it published
 
+  // The block hash function of the scheme it advertises (xxh64 when unknown: not followed then).
+  kvcache::BlockHashFn hash_fn() const {
+    const auto scheme = kvcache::block_hash_scheme_from_name(block_hash);
+    return kvcache::block_hash_fn(scheme ? *scheme : kvcache::BlockHashScheme::kXxh64);
+  }
+
   // The namespace of a request with this (tenant) cache salt.
   kvcache::KvNamespace kv_namespace(std::string_view cache_salt) const;
 };
 
 Result<WorkerInfo> parse_worker_info(std::string_view json_text);
 
-// Only the hash scheme this router implements can be followed.
+// The default hash scheme; a worker advertising any scheme of kvcache::block_hash_scheme_from_name
+// (xxh64 or sha256 chains) can be followed, others cannot.
 inline constexpr std::string_view kBlockHashScheme = "pagoda-xxh64-chain-v1";
 
 // A ZeroMQ endpoint as the worker bound it, made reachable from here: a wildcard host

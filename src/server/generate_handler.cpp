@@ -84,6 +84,9 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
   if (draining_) return reply_error(res, Status::unavailable("The server is shutting down"));
   auto requests = engine_requests(api, caller);
   if (!requests.is_ok()) return reply_error(res, requests.status(), chat ? "messages" : "prompt");
+  PdPlan pd;  // P/D disaggregation: lend the prompt's KV after it ran, or pull it first
+  if (Status s = prepare_pd(req, api, *requests, pd); !s.is_ok()) return reply_error(res, s, "kv_transfer_params");
+  if (!pd.transfer_note.empty()) res.set_header("X-Pagoda-Kv-Transfer", pd.transfer_note);
 
   auto stream = std::make_shared<RequestStream>(static_cast<int>(requests->size()), api.n);
   std::vector<engine::RequestId> ids;
@@ -100,6 +103,7 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
   std::string id_list;
   for (engine::RequestId id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
   res.set_header("X-Pagoda-Request-Id", id_list);
+  if (pd.lend) return lend_and_reply(req, res, api, std::move(stream), std::move(ids), pd);
   if (api.stream) return stream_reply(req, res, api, std::move(stream), std::move(ids));
   wait_and_reply(req, res, api, std::move(stream), std::move(ids));
 }

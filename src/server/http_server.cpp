@@ -18,7 +18,9 @@ HttpServer::HttpServer(engine::ServingEngine& engine, ChatTemplate chat_template
       config_(std::move(config)),
       logger_(logger),
       listener_(std::make_unique<http::HttpListener>(
-          http::ListenerConfig{config_.host, config_.port, config_.http_threads, config_.max_body_bytes}, logger)),
+          http::ListenerConfig{config_.host, config_.port, config_.http_threads, config_.max_body_bytes,
+                               config_.read_timeout_s, config_.read_timeout_s},
+          logger)),
       seed_rng_(config_.seed) {
   CHECK(config_.limits.vocab_size > 0 && config_.limits.max_context > 0) << "ServerConfig.limits must be set";
   // The template's end of turn ends a chat reply: as a token when the vocab has it as one.
@@ -57,11 +59,7 @@ HttpServer::Caller HttpServer::authenticate(const httplib::Request& req, httplib
   if (config_.api_keys.empty()) return {true, ""};
   const std::string header = req.get_header_value("Authorization");
   const std::string key = http::bearer_token(header);
-  if (!key.empty()) {
-    for (const std::string& k : config_.api_keys) {
-      if (k == key) return {true, key};
-    }
-  }
+  if (http::api_key_matches(key, config_.api_keys)) return {true, key};
   res.status = 401;
   res.set_content(error_body(401, header.empty() ? "Missing API key: send \"Authorization: Bearer KEY\""
                                                  : "Incorrect API key provided",
@@ -102,7 +100,9 @@ void HttpServer::routes() {
     handle_generate(req, res, true);
   });
   kv_events_routes(http);
+  pd_routes(http);
   register_kv_routes();
+  register_pin_routes();
 }
 
 uint64_t HttpServer::draw_seed() {

@@ -12,14 +12,18 @@
 //   GET  /v1/kv/stats, /v1/kv/requests/{id}      KV introspection (server/kv_json.h)
 //   POST /v1/kv/explain                          why a prompt would (not) hit the prefix cache
 //   GET  /dashboard                              the live KV dashboard (assets compiled in)
+//   POST /v1/cache/pin, DELETE /v1/cache/pin,    pin a prompt's blocks in the pool (with a ttl),
+//   DELETE /v1/cache/pins/{id}, GET /v1/cache/pins  unpin, list (server/pin_routes.cpp)
 //
-// Threads: httplib answers each connection on a thread of its own pool (http_threads); the engine
+// Threads: httplib answers each connection on a thread of its own (http::ConnectionGate: up to
+// http_threads at once; beyond them a connection gets 503 and is closed); the engine
 // runs its loop on its own thread. A generate handler tokenizes, submits one engine request per
 // prompt, then waits on its RequestStream, checking every poll_interval_s that its client is
 // still connected (ConnectionProbe, failed writes): a client that has gone has its requests
 // aborted, which frees their blocks within one engine step.
 //
-// Auth: with api_keys, every /v1 route needs "Authorization: Bearer KEY" (401 otherwise);
+// Auth: with api_keys, every /v1 route needs "Authorization: Bearer KEY" (401 otherwise; keys are
+// compared in constant time);
 // /health and /metrics are open. salt_per_api_key prefixes each request's cache salt with its
 // key, so tenants never share prefix-cache entries (no prefix-timing side channel between them).
 //
@@ -39,10 +43,14 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/status.h"
+#include "engine/pd_coordinator.h"
+#include "engine/pinning.h"
 #include "engine/serving.h"
 #include "events/kv_event_publisher.h"
 #include "server/http/listener.h"
@@ -67,7 +75,8 @@ struct ServerConfig {
   RequestLimits limits;                     // vocab_size and max_context must be set
   std::vector<int32_t> end_of_text_ids;     // extra stop tokens unless ignore_eos (e.g. BOS)
   size_t max_body_bytes = 8u << 20;
-  int http_threads = 64;                    // concurrent connections served
+  int http_threads = 512;                   // connections served at once (beyond: 503)
+  int read_timeout_s = 5;                   // a connection silent this long (idle or mid-request) is closed
   int retry_after_s = 1;
   double poll_interval_s = 0.05;            // client checks while waiting for tokens
   uint64_t seed = 0;                        // seeds for requests without one are drawn from this
@@ -75,6 +84,7 @@ struct ServerConfig {
   events::KvEventPublisher* kv_events = nullptr;  // null: no KV events (the info route says so)
   std::string instance_id;                  // this process's id (a subscriber notices a restart)
   bool dashboard = true;                    // GET /dashboard (server/kv_routes.cpp); --no-dashboard
+  engine::PdCoordinator* pd = nullptr;      // P/D disaggregation (server/pd_routes.cpp); null: off
 };
 
 class HttpServer {
@@ -99,11 +109,32 @@ class HttpServer {
   };
   void routes();
   void kv_events_routes(httplib::Server& http);  // server/kv_events_routes.cpp
+  // P/D (server/pd_routes.cpp): GET /v1/pd/stats; a generate request's kv_transfer_params.
+  struct PdPlan {
+    bool lend = false;                      // prefill side: answer with kv_transfer_params
+    std::vector<int32_t> prompt;
+    std::string cache_salt;
+    std::string transfer_note;              // decode side: what the import did (a header)
+  };
+  void pd_routes(httplib::Server& http);
+  Status prepare_pd(const httplib::Request& req, const ApiRequest& api,
+                    const std::vector<engine::CompletionRequest>& requests, PdPlan& plan);
+  void lend_and_reply(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,
+                      std::shared_ptr<RequestStream> stream, std::vector<engine::RequestId> ids, const PdPlan& plan);
   // /v1/kv/stats, /v1/kv/requests/{id}, /v1/kv/explain and /dashboard (server/kv_routes.cpp).
   void register_kv_routes();
   void handle_explain(const httplib::Request& req, httplib::Response& res);
+  // /v1/cache/pin(s) (server/pin_routes.cpp).
+  void register_pin_routes();
+  void handle_pin(const httplib::Request& req, httplib::Response& res);
+  void handle_unpin(const httplib::Request& req, httplib::Response& res, int64_t id);  // id -1: from the body
   Caller authenticate(const httplib::Request& req, httplib::Response& res) const;
   void reply_error(httplib::Response& res, const Status& status, const std::string& param = "") const;
+  void reply_pin_error(httplib::Response& res, const Status& status, const std::string& param = "") const;
+  Result<std::vector<int32_t>> pin_prompt(const std::string& body, const nlohmann::json& probe, std::string* param,
+                                          ApiRequest* api_out) const;
+  nlohmann::json pin_json(const engine::PinInfo& pin, int64_t block_size) const;
+  bool owns_pin(const engine::PinInfo& pin, const Caller& caller) const;
   void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
   // Tokenized engine requests of an ApiRequest (one per prompt).
   Result<std::vector<engine::CompletionRequest>> engine_requests(const ApiRequest& api, const Caller& caller);

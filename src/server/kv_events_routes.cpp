@@ -27,9 +27,9 @@ void HttpServer::kv_events_routes(httplib::Server& http) {
     const json body = {
         {"instance_id", config_.instance_id},
         {"model", config_.model_name},
-        // hash_i = xxh64 chain over the block's token ids, seeded by hash_{i-1} and the
-        // namespace key of (model_fingerprint, kv_format, cache_salt_key(salt))
-        {"block_hash", "pagoda-xxh64-chain-v1"},
+        // hash_i = xxh64 (or, with --kv-hash sha256, SHA-256) chain over the block's token ids,
+        // from hash_{i-1} and the namespace key of (model_fingerprint, kv_format, cache_salt_key(salt))
+        {"block_hash", std::string(kvcache::block_hash_scheme_name(eng.config().kv_hash))},
         {"block_size", eng.kv_layout().block_size},
         {"model_fingerprint", events::hash_to_hex(eng.model_fingerprint())},
         {"kv_format", events::hash_to_hex(eng.kv_format_key())},

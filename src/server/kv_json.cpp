@@ -47,6 +47,8 @@ json snapshot_json(const engine::KvSnapshot& s) {
             {"cached", s.blocks_cached},
             {"pinned", s.blocks_pinned},
             {"loading", s.blocks_loading},
+            {"pins", m.pins},
+            {"pinned_by_pins", m.kv_blocks_pinned},
             {"usage_ratio", s.num_blocks > 0 ? static_cast<double>(s.blocks_in_use) / static_cast<double>(s.num_blocks) : 0.0}};
   if (!s.block_map.empty()) pool["block_map"] = s.block_map;
   json tiers = json::array();

@@ -55,6 +55,10 @@ std::string prometheus_text(const engine::ServingMetrics& m) {
   sample(out, "pagoda_kv_blocks{state=\"cached\"}", static_cast<double>(m.kv_blocks_cached));
   sample(out, "pagoda_kv_blocks{state=\"free\"}", static_cast<double>(m.kv_blocks_free));
   gauge(out, "pagoda_kv_blocks_capacity", "KV blocks in the pool.", static_cast<double>(m.kv_blocks_total));
+  gauge(out, "pagoda_kv_pins", "Live pins of prompt prefixes (POST /v1/cache/pin).", static_cast<double>(m.pins));
+  gauge(out, "pagoda_kv_pinned_blocks", "Distinct KV blocks held by pins (never evicted while pinned).",
+        static_cast<double>(m.kv_blocks_pinned));
+  counter(out, "pagoda_kv_pins_expired_total", "Pins dropped when their ttl ran out.", m.pins_expired);
   gauge(out, "pagoda_kv_usage_ratio", "Fraction of KV blocks in use.",
         m.kv_blocks_total > 0 ? static_cast<double>(m.kv_blocks_in_use) / static_cast<double>(m.kv_blocks_total) : 0.0);
   return out;

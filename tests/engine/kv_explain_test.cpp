@@ -2,6 +2,8 @@
 // block manager driven as the engine drives it and KvHistory listening.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <map>
 #include <numeric>
 
 #include "engine/kv_inspect.h"
@@ -53,11 +55,17 @@ class ExplainTest : public ::testing::Test {
 
   KvExplanation explain(const std::vector<int32_t>& prompt, const KvNamespace& ns,
                         const std::vector<std::vector<int32_t>>& earlier = {}) {
+    return explain_with(prompt, ns, [](ExplainContext&) {}, earlier);
+  }
+  KvExplanation explain_with(const std::vector<int32_t>& prompt, const KvNamespace& ns,
+                             const std::function<void(ExplainContext&)>& configure,
+                             const std::vector<std::vector<int32_t>>& earlier = {}) {
     ExplainContext c;
     c.blocks = manager_.get();
     c.history = history_.get();
     c.ns = ns;
     c.now_ns = clock_.now_ns();
+    configure(c);
     const uint64_t lookups = manager_->stats().num_lookups;
     KvExplanation e = explain_prefix(c, prompt, earlier);
     EXPECT_EQ(manager_->stats().num_lookups, lookups) << "explain must not count a lookup";
@@ -131,6 +139,72 @@ TEST_F(ExplainTest, EvictedBlocksAreRemembered) {
   EXPECT_EQ(e.break_block, 0);
   EXPECT_NEAR(e.evicted_age_s, 3.0, 1e-9);
   EXPECT_NE(e.detail.find("evicted 3.0 s ago"), std::string::npos) << e.detail;
+}
+
+// Tiers below the pool (a fake holder map, as TierStack::holders_now answers): the chain goes on
+// through them block by block, each block from its fastest holder, and breaks at the first block
+// none holds; an evicted block no tier holds says so.
+TEST_F(ExplainTest, TiersBelowThePoolContinueTheChain) {
+  make_pool(4);
+  const std::vector<int32_t> first = range(100, 21);  // 5 full blocks before the last token
+  std::vector<kvcache::BlockHash> hashes;
+  kvcache::BlockHash parent = kvcache::kRootBlockHash;
+  for (int i = 0; i < 5; ++i) {
+    parent = kvcache::hash_block(parent, std::span<const int32_t>(first).subspan(i * kB, kB), ns_.key());
+    hashes.push_back(parent);
+  }
+  serve(range(100, 5), ns_);  // the pool keeps block 0 of `first`
+  std::map<kvcache::BlockHash, uint32_t> held = {{hashes[1], 0b01}, {hashes[2], 0b11}, {hashes[3], 0b10}};
+  auto with_tiers = [&](ExplainContext& c) {
+    c.tier_names = {"host", "disk"};
+    c.tier_holders = [&](kvcache::BlockHash h) {
+      auto it = held.find(h);
+      return it == held.end() ? 0u : it->second;
+    };
+  };
+  KvExplanation e = explain_with(first, ns_, with_tiers);
+  EXPECT_EQ(e.cause, ExplainCause::kNeverSeen);
+  EXPECT_EQ(e.hit_tokens, 4 * kB);
+  EXPECT_EQ(e.compute_tokens, 21 - 4 * kB);
+  EXPECT_EQ(e.break_block, 4);
+  ASSERT_EQ(e.tiers.size(), 3u);
+  EXPECT_EQ(e.tiers[0].tier, "pool");
+  EXPECT_EQ(e.tiers[0].tokens, kB);
+  EXPECT_EQ(e.tiers[1].tier, "host");
+  EXPECT_EQ(e.tiers[1].blocks, 2);  // block 2 is in both: the faster one serves it
+  EXPECT_EQ(e.tiers[2].tier, "disk");
+  EXPECT_EQ(e.tiers[2].tokens, kB);
+  ASSERT_EQ(e.blocks.size(), 5u);
+  EXPECT_EQ(e.blocks[0].where, "pool");
+  EXPECT_EQ(e.blocks[1].where, "host");
+  EXPECT_EQ(e.blocks[2].where, "host");
+  EXPECT_EQ(e.blocks[3].where, "disk");
+  EXPECT_EQ(e.blocks[4].where, "miss");
+  EXPECT_EQ(e.blocks[4].hash, hashes[4]);
+  EXPECT_NE(e.detail.find("4 tokens would come from the pool and 8 from host, 4 from disk"), std::string::npos)
+      << e.detail;
+  EXPECT_NE(e.detail.find("block 4 (tokens 16..20) was never cached"), std::string::npos) << e.detail;
+
+  held[hashes[4]] = 0b10;  // everything below the pool: a full hit
+  e = explain_with(first, ns_, with_tiers);
+  EXPECT_EQ(e.cause, ExplainCause::kFullHit);
+  EXPECT_EQ(e.hit_tokens, 5 * kB);
+  EXPECT_EQ(e.tiers[2].blocks, 2);
+
+  held.clear();  // the pool's block 0 evicted, and no tier holds it
+  serve(range(900, 13), ns_);  // needs all 4 blocks: block 0 of `first` is evicted
+  clock_.advance_ns(1'500'000'000);
+  e = explain_with(first, ns_, with_tiers);
+  EXPECT_EQ(e.cause, ExplainCause::kEvicted);
+  EXPECT_EQ(e.hit_tokens, 0);
+  EXPECT_EQ(e.tiers.size(), 3u);
+  EXPECT_NE(e.detail.find("evicted 1.5 s ago to make room, and no tier below the pool holds it"), std::string::npos)
+      << e.detail;
+  held[hashes[0]] = 0b01;  // ... and now the host tier has it (evicted to host): a hit there
+  e = explain_with(first, ns_, with_tiers);
+  EXPECT_EQ(e.tiers[1].blocks, 1);
+  EXPECT_EQ(e.hit_tokens, kB);
+  EXPECT_EQ(e.blocks[0].where, "host");
 }
 
 TEST_F(ExplainTest, AnotherSaltModelOrKvFormatIsNamed) {

@@ -178,3 +178,41 @@ TEST(Scheduler, ASequenceAloneNeverPreemptsItself) {
 
 }  // namespace
 }  // namespace pagoda::engine
+
+namespace pagoda::engine {
+namespace {
+
+TEST(Scheduler, SequenceThatCannotFitBesidePinnedBlocksIsRefusedNotLeftWaiting) {
+  Fixture f(8, options(4, 64));
+  // A computed prefix of 4 blocks, finished (cached), then pinned (as kvcache::CachePins does).
+  SchedSequence& first = f.sched.add({0, 0, 0}, tokens(17, 100), 17, 1, {});
+  f.run(f.sched.schedule(), /*sample=*/false);
+  f.sched.remove(first.id);
+  kvcache::PrefixMatch pin = f.bm.pin_prefix(tokens(16, 100), {});
+  ASSERT_EQ(pin.num_blocks(), 4);
+  EXPECT_EQ(f.bm.num_available_blocks(), 4);
+  // 5 blocks of other tokens never fit in the 4 unpinned ones: refused, nothing scheduled.
+  SchedSequence& big = f.sched.add({0, 1, 0}, tokens(18, 500), 18, 1, {});
+  SchedSequence& small = f.sched.add({0, 2, 0}, tokens(6, 900), 6, 1, {});
+  const StepPlan& p = f.sched.schedule();
+  ASSERT_EQ(p.refused.size(), 1u);
+  EXPECT_EQ(p.refused[0], &big);
+  EXPECT_TRUE(p.scheduled.empty());
+  EXPECT_FALSE(big.running());
+  f.sched.remove(big.id);  // the owner ends it
+  // The next step admits what fits; a prompt that shares the pinned prefix uses its blocks.
+  SchedSequence& shared = f.sched.add({0, 3, 0}, tokens(19, 100), 19, 1, {});
+  const StepPlan& q = f.sched.schedule();
+  EXPECT_TRUE(q.refused.empty());
+  ASSERT_EQ(q.scheduled.size(), 2u);
+  EXPECT_EQ(shared.admitted_cached, 16);
+  f.run(q, false);
+  EXPECT_TRUE(small.running());
+  f.sched.remove(small.id);
+  f.sched.remove(shared.id);
+  pin.reset();
+  f.bm.check_integrity();
+}
+
+}  // namespace
+}  // namespace pagoda::engine

@@ -223,11 +223,12 @@ TEST(ServingFeatures, BadRequestsAndConfigsAreRefused) {
   windowed.num_threads = 1;
   windowed.max_context = 512;
   windowed.kv_window = 64;
+  windowed.kv_cache_bytes = testing::pool_bytes(*s, 3);  // 48 tokens: not even one window
   auto e = engine::Engine::create(s->model, windowed, s->clock, s->logger);
   ASSERT_TRUE(e.is_ok());
   auto refused = engine::ServingEngine::create(std::move(e).value(), s->tokenizer, {});
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("--kv-window"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("raise --kv-cache-mem"), std::string::npos) << refused.status().message();
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "kvcache/block_record.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cstring>
 #include <vector>
@@ -76,6 +77,39 @@ TEST(BlockRecord, EveryFlippedByteIsDetected) {
     b[i] ^= 0x20;
   }
   EXPECT_TRUE(decode_block_record(b).is_ok());
+}
+
+// Found by fuzz/block_record_fuzz.cpp (fuzz/corpus/block_record/crash-nonzero-padding): a record
+// whose padding after the token ids is not zero, with its checksum recomputed, decoded (and so
+// had two encodings). The reader now rejects it, checksum or not.
+TEST(BlockRecord, NonZeroPaddingIsAnError) {
+  const KvLayout l = layout(kernels::KvDType::kF16, 4);  // 4 tokens: 16 bytes, then 48 of padding
+  Encoded e = encode(l, 5);
+  ByteSpan b = e.bytes();
+  const size_t pad = kRecordFixedHeaderBytes + 4 * 4 + 10;
+  ASSERT_LT(pad, static_cast<size_t>(record_header_bytes(4)));
+  b[pad] = 0x08;
+  const uint64_t zero = 0;
+  std::memcpy(b.data() + 80, &zero, 8);  // the checksum field, recomputed over the changed record
+  const uint64_t sum = XXH3_64bits(b.data(), b.size());
+  std::memcpy(b.data() + 80, &sum, 8);
+  auto v = decode_block_record(b);
+  ASSERT_FALSE(v.is_ok());
+  EXPECT_NE(v.status().message().find("padding"), std::string::npos) << v.status().message();
+  EXPECT_FALSE(peek_block_record(b).is_ok());
+}
+
+// Found by fuzz/block_record_fuzz.cpp (crash-row-width-overflow): kv heads x head dim near 2^32
+// each overflowed the signed product that bounds the row width (undefined behaviour).
+TEST(BlockRecord, HugeShapeFieldsAreErrorsWithoutOverflow) {
+  const KvLayout l = layout(kernels::KvDType::kF16, 4);
+  Encoded e = encode(l, 6);
+  ByteSpan b = e.bytes();
+  const uint32_t huge[2] = {0xFFFFFF01u, 0xFFFFFFFFu};
+  std::memcpy(b.data() + 16, huge, sizeof(huge));  // n_kv_head, head_dim
+  auto meta = peek_block_record(b);
+  ASSERT_FALSE(meta.is_ok());
+  EXPECT_NE(meta.status().message().find("out of range"), std::string::npos) << meta.status().message();
 }
 
 TEST(BlockRecord, TruncatedOrPaddedRecordsAreErrors) {

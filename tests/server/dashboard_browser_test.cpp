@@ -4,35 +4,21 @@
 // updates, that the numbers on the page equal /v1/kv/stats and /metrics once the load is over,
 // and that the page talks to no other host; screenshots land in the test's temp dir (one is
 // kept in docs/dashboard.png).
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <filesystem>
 
+#include "browser_check.h"
 #include "real_server.h"
 
 namespace pagoda::testing {
 namespace {
 
-std::string dashboard_npm_dir() { return std::string(PAGODA_SOURCE_DIR) + "/tests/npm/dashboard"; }
-
-// One Chromium at a time (ctest runs these tests side by side otherwise): two browsers and two
-// loaded servers on two cores starve each other's renders (7 s alone, ~2 min together).
 ShellRun run_browser_check(const std::string& url, const std::string& out_dir, const std::string& key) {
   std::filesystem::create_directories(out_dir);
-  const int lock = open((::testing::TempDir() + "/pagoda-dashboard-browser.lock").c_str(), O_RDWR | O_CREAT, 0644);
-  CHECK(lock >= 0 && flock(lock, LOCK_EX) == 0);
-  ShellRun run = run_shell("cd " + dashboard_npm_dir() + " && node check_dashboard.mjs " + url + " " + out_dir + " " + key + " 2>&1");
-  flock(lock, LOCK_UN);
-  close(lock);
-  return run;
+  return run_browser_script("check_dashboard.mjs", url + " " + out_dir + " " + key);
 }
 
 void expect_browser_ok(const ShellRun& run, const std::string& out_dir) {
-  ASSERT_TRUE(std::filesystem::exists(dashboard_npm_dir() + "/node_modules/puppeteer-core/package.json"))
-      << "puppeteer-core is missing: run `npm ci` in " << dashboard_npm_dir() << " (scripts/install_deps.sh does)";
-  ASSERT_TRUE(std::filesystem::exists("/usr/bin/chromium")) << "Debian's chromium is missing (scripts/install_deps.sh)";
+  ASSERT_EQ(browser_missing(), "");
   EXPECT_EQ(run.exit_code, 0) << run.out;
   EXPECT_NE(run.out.find("\"ok\":true"), std::string::npos) << run.out;
   EXPECT_GT(std::filesystem::file_size(out_dir + "/dashboard-live.png"), 10000u);

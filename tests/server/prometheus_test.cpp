@@ -38,6 +38,9 @@ engine::ServingMetrics sample_metrics() {
   m.preemptions = 4;
   m.evicted_blocks = 5;
   m.prefix_queried_tokens = 100;
+  m.pins = 2;
+  m.kv_blocks_pinned = 7;
+  m.pins_expired = 3;
   m.prefix_hit_tokens = 64;
   m.steps = 77;
   m.running = 2;
@@ -81,6 +84,9 @@ TEST(Prometheus, ExpositionHasTheNumbers) {
            "pagoda_kv_blocks{state=\"cached\"} 10\n",
            "pagoda_kv_blocks{state=\"free\"} 65\n",
            "pagoda_kv_usage_ratio 0.25\n",
+           "pagoda_kv_pins 2\n",
+           "pagoda_kv_pinned_blocks 7\n",
+           "pagoda_kv_pins_expired_total 3\n",
        }) {
     EXPECT_NE(text.find(line), std::string::npos) << line;
   }

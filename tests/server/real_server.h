@@ -5,6 +5,7 @@
 
 #include <sys/wait.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -43,6 +44,17 @@ inline ScriptRun run_node(const std::string& script, const std::string& args) {
   return run;
 }
 
+// The steady clock, plus an offset a test can jump forward (pin expiry) from any thread.
+class AdvanceableClock final : public Clock {
+ public:
+  int64_t now_ns() const override { return steady_.now_ns() + offset_ns_.load(); }
+  void advance_ns(int64_t ns) { offset_ns_ += ns; }
+
+ private:
+  SteadyClock steady_;
+  std::atomic<int64_t> offset_ns_{0};
+};
+
 class RealServerTest : public ::testing::Test {
  protected:
   static constexpr int64_t kContext = 512;  // stories260K's trained length
@@ -61,6 +73,7 @@ class RealServerTest : public ::testing::Test {
     config.num_threads = 1;
     config.max_context = kContext;
     config.kv_cache_bytes = 4 << 20;
+    configure_engine(config);
     auto eng = engine::Engine::create(std::move(model).value(), config, clock_, logger_);
     ASSERT_TRUE(eng.is_ok()) << eng.status().message();
     if (kv_events_) {  // as `pagoda serve --kv-events-config` wires them
@@ -77,6 +90,7 @@ class RealServerTest : public ::testing::Test {
     const int64_t token_capacity = (*eng)->kv_plan().token_capacity;
     engine::ServingConfig serving_config;
     serving_config.max_num_seqs = 16;
+    configure_serving(serving_config);
     auto serving = engine::ServingEngine::create(std::move(eng).value(), tokenizer_, serving_config);
     ASSERT_TRUE(serving.is_ok()) << serving.status().message();
     serving_ = std::move(serving).value();
@@ -111,6 +125,8 @@ class RealServerTest : public ::testing::Test {
 
   // Fixtures derived from this one change the server's config here (API keys, ...).
   virtual void configure(server::ServerConfig&) {}
+  virtual void configure_serving(engine::ServingConfig&) {}
+  virtual void configure_engine(engine::EngineConfig&) {}
   virtual server::ChatFamily chat_family() const { return server::ChatFamily::kChatML; }
 
   // No request running or waiting, no block held: everything a request took was given back.
@@ -127,7 +143,7 @@ class RealServerTest : public ::testing::Test {
     return client_->Post(path.c_str(), body.dump(), "application/json");
   }
 
-  SteadyClock clock_;
+  AdvanceableClock clock_;
   Logger logger_{LogLevel::kWarn, stderr};
   std::shared_ptr<const model::Tokenizer> tokenizer_;
   bool kv_events_ = false;  // set before SetUp: publish KV events (the publisher outlives the engine)

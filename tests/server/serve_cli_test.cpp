@@ -127,5 +127,39 @@ TEST(ServeCli, BadFlagsFailClearly) {
   EXPECT_NE(serve.err().find("unknown --chat-template 'vicuna'"), std::string::npos) << serve.err();
 }
 
+
+TEST(ServeCli, PinPromptPinsFilesAtStartUpAndBadOnesFailClearly) {
+  const std::string dir = ::testing::TempDir();
+  const std::string file = dir + "/pagoda-pin-" + std::to_string(getpid()) + ".txt";
+  const std::string text =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+      "One day, she saw a big, red ball.";
+  std::ofstream(file) << text;
+  {
+    ServeProcess serve("--pin-prompt " + file + " --max-pinned-share 0.25");
+    const int port = port_of(serve.line());
+    ASSERT_GT(port, 0) << serve.err();
+    EXPECT_NE(serve.err().find("pinned " + file), std::string::npos) << serve.err();
+    const std::string base = "http://127.0.0.1:" + std::to_string(port);
+    const json pins = json::parse(shell("curl -s " + base + "/v1/cache/pins"));
+    ASSERT_EQ(pins["data"].size(), 1u) << pins.dump();
+    EXPECT_EQ(pins["data"][0]["label"], file);
+    EXPECT_TRUE(pins["data"][0]["expires_at"].is_null());
+    EXPECT_EQ(pins["max_pinned_blocks"].get<int64_t>(), pins["num_blocks"].get<int64_t>() / 4);
+    // A completion that starts with the file's text hits the pinned blocks.
+    const json body = {{"prompt", text + " It was fun."}, {"max_tokens", 1}};
+    const json reply = json::parse(shell("curl -s " + base + "/v1/completions -H 'Content-Type: application/json' -d '" +
+                                         body.dump() + "'"));
+    EXPECT_EQ(reply["usage"]["prompt_tokens_details"]["cached_tokens"], pins["data"][0]["pinned_tokens"]) << reply.dump();
+    EXPECT_EQ(serve.terminate(), 0) << serve.err();
+  }
+  ServeProcess missing("--pin-prompt " + dir + "/no-such-pin-file.txt");
+  EXPECT_EQ(missing.line(), "");
+  EXPECT_EQ(missing.terminate(), 1);
+  EXPECT_NE(missing.err().find("--pin-prompt " + dir + "/no-such-pin-file.txt: cannot open it"), std::string::npos)
+      << missing.err();
+  std::remove(file.c_str());
+}
+
 }  // namespace
 }  // namespace pagoda::testing

@@ -132,6 +132,7 @@ class RedisServer {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       dup2(fds[1], 1);
       dup2(fds[1], 2);
+      close_range(3, ~0U, 0);  // no inherited descriptor (`heavy`'s lock file) outlives the test
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);

@@ -127,6 +127,31 @@
     }
   }
 
+  // One row per tier, the pool first and then the tiers below it (host, disk, remote), each
+  // with a usage bar: the KV the server holds, level by level.
+  function renderTiers(tiers) {
+    const body = $('tiers').tBodies[0];
+    body.replaceChildren();
+    for (const t of tiers) {
+      const tr = document.createElement('tr');
+      tr.dataset.tier = t.tier;
+      cell(tr, t.tier);
+      cell(tr, t.medium);
+      const usage = t.capacity_blocks > 0 ? t.used_blocks / t.capacity_blocks : 0;
+      const bar = document.createElement('td');
+      const fill = document.createElement('i');
+      fill.className = 'bar';
+      bar.appendChild(fill);
+      fill.style.width = (usage * 100).toFixed(1) + '%';
+      tr.appendChild(bar);
+      for (const v of [t.used_blocks, t.capacity_blocks, t.hit_blocks, t.evictions]) {
+        cell(tr, v);
+        tr.lastChild.dataset.value = String(v);
+      }
+      body.appendChild(tr);
+    }
+  }
+
   function interval(s, p) {
     if (!p) return { hitRate: null, hitTokensPerS: null, ttftMs: null, itlMs: null };
     const dt = Math.max(1e-3, s.uptime_s - p.uptime_s);
@@ -168,9 +193,7 @@
     $('pool-desc').textContent = pool.num_blocks + ' blocks × ' + pool.block_size + ' tokens, ' +
       pool.kv_dtype + '/' + pool.kv_layout + ', ' + (pool.bytes_per_block / 1024).toFixed(1) + ' KiB each, ' +
       'eviction ' + s.prefix_cache.policy;
-    $('tiers').textContent = 'tiers: ' + s.tiers.map((t) =>
-      t.tier + ' (' + t.medium + ') ' + t.used_blocks + '/' + t.capacity_blocks + ' blocks, ' +
-      t.hit_blocks + ' hit, ' + t.evictions + ' evicted').join(' · ');
+    renderTiers(s.tiers);
     if (pool.block_map !== undefined) drawBlockMap(pool.block_map);
     history.push(interval(s, previous));
     if (history.length > kHistory) history.shift();

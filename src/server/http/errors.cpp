@@ -12,6 +12,7 @@ int http_status_for(const Status& status, bool shutting_down) {
     case StatusCode::kTooLarge: return 413;
     case StatusCode::kUnavailable: return shutting_down ? 503 : 429;
     case StatusCode::kAborted: return shutting_down ? 503 : 500;
+    case StatusCode::kResourceExhausted: return 507;
     case StatusCode::kError: return 500;
   }
   return 500;
@@ -21,11 +22,13 @@ std::string error_body(int http_status, const std::string& message, const std::s
   const char* type = "server_error";
   switch (http_status) {
     case 400:
+    case 411:
     case 413: type = "invalid_request_error"; break;
     case 401: type = "authentication_error"; break;
     case 404: type = "not_found_error"; break;
     case 429: type = "rate_limit_exceeded"; break;
     case 503: type = "service_unavailable"; break;
+    case 507: type = "insufficient_storage"; break;
     default: break;
   }
   json error = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};

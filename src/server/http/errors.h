@@ -11,11 +11,13 @@
 namespace pagoda::http {
 
 // HTTP status of a failed Status: 400 invalid, 404 not found, 413 too large, 429 unavailable
-// (503 when the server is shutting down), 499-like aborts and other errors: 500.
+// (503 when the server is shutting down), 507 a full bound
+// (resource exhausted: the pinned share of the KV pool), 499-like aborts and other errors: 500.
 int http_status_for(const Status& status, bool shutting_down);
 
 // {"error": {"message", "type", "param", "code"}}; type follows OpenAI ("invalid_request_error",
-// "authentication_error", "not_found_error", "rate_limit_exceeded", "server_error").
+// "authentication_error", "not_found_error", "rate_limit_exceeded", "insufficient_storage",
+// "server_error").
 std::string error_body(int http_status, const std::string& message, const std::string& param = "",
                        const std::string& code = "");
 

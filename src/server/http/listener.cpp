@@ -5,16 +5,59 @@
 
 #include <algorithm>
 
+#include "server/http/connection_gate.h"
 #include "server/http/errors.h"
 
 namespace pagoda::http {
+namespace {
+
+// httplib's task queue interface over a ConnectionGate.
+class GateQueue : public httplib::TaskQueue {
+ public:
+  GateQueue(size_t max_connections, size_t overflow_threads) : gate_(max_connections, overflow_threads) {}
+  void enqueue(std::function<void()> fn) override { gate_.enqueue(std::move(fn)); }
+  void shutdown() override { gate_.shutdown(); }
+
+ private:
+  ConnectionGate gate_;
+};
+
+}  // namespace
 
 HttpListener::HttpListener(ListenerConfig config, const Logger& logger)
     : config_(std::move(config)), logger_(logger), http_(std::make_unique<httplib::Server>()) {
   const int threads = std::max(1, config_.threads);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  const int overflow = std::max(1, config_.overflow_threads);
+  http_->new_task_queue = [threads, overflow] {
+    return new GateQueue(static_cast<size_t>(threads), static_cast<size_t>(overflow));
+  };
   http_->set_payload_max_length(config_.max_body_bytes);
   http_->set_keep_alive_max_count(1000);
+  http_->set_read_timeout(std::max(1, config_.read_timeout_s), 0);
+  http_->set_keep_alive_timeout(std::max(1, config_.idle_timeout_s));
+  // Before any body is read: a connection over the limit (on the gate's overflow threads) gets a
+  // clear 503, and a chunked body (whose size httplib 0.11 does not bound by the body limit) a
+  // 411; both say "Connection: close" (the client closes; httplib 0.11 itself keeps reading the
+  // connection until its read timeout).
+  http_->set_pre_routing_handler([threads](const httplib::Request& req, httplib::Response& res) {
+    const bool over = ConnectionGate::over_limit();
+    const bool chunked = req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos;
+    if (!over && !chunked) return httplib::Server::HandlerResponse::Unhandled;
+    if (over) {
+      res.status = 503;
+      res.set_header("Retry-After", "1");
+      res.set_content(error_body(503, "Too many connections: the server serves " + std::to_string(threads) +
+                                          " at once (--http-threads); retry later", "", "too_many_connections"),
+                      "application/json");
+    } else {
+      res.status = 411;
+      res.set_content(error_body(411, "Chunked request bodies are not accepted: send Content-Length", "",
+                                 "length_required"),
+                      "application/json");
+    }
+    res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   // httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of
   // clients overflows it and some connections are reset. Remember the listening socket (the
   // options hook sees it before bind) so bind() can raise the backlog with a second listen().

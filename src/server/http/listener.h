@@ -1,5 +1,7 @@
 // HttpListener: one cpp-httplib server set up the way every Pagoda HTTP front needs it
-// (`pagoda serve`'s HttpServer, `pagoda router`): a thread pool of `threads` connections, a
+// (`pagoda serve`'s HttpServer, `pagoda router`): `threads` connections served at once (a
+// ConnectionGate: beyond them a connection's requests get 503 "too many connections" and it is
+// closed), read and idle timeouts (a client that sends nothing for read_timeout_s is dropped), a
 // body limit, keep-alive, a listen backlog that holds a burst of clients, and OpenAI error
 // objects for httplib's own answers (unknown route 404, body too large 413, malformed 400) and
 // for an exception escaping a handler (500, logged).
@@ -24,8 +26,11 @@ namespace pagoda::http {
 struct ListenerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;                 // 0: any free port (bind() returns it)
-  int threads = 64;                // connections served at once
+  int threads = 64;                // connections served at once (the rest: 503)
   size_t max_body_bytes = 8u << 20;
+  int read_timeout_s = 5;          // a request's bytes stop arriving for this long: dropped
+  int idle_timeout_s = 5;          // an idle keep-alive connection is closed after this long
+  int overflow_threads = 2;        // threads answering 503 to connections over the limit
 };
 
 class HttpListener {

@@ -11,10 +11,8 @@
 //   - no request goes to any other host.
 // Writes OUT_DIR/dashboard-live.png (under load) and OUT_DIR/dashboard-idle.png. Prints one JSON
 // line {"ok": true|false, "failures": [...], ...}; exits 1 on a failure.
-import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import puppeteer from 'puppeteer-core';
+import { parseMetrics, sleep, withPage } from './browser.mjs';
 
 const [url, outDir, apiKey] = process.argv.slice(2);
 if (!url || !outDir) {
@@ -25,22 +23,11 @@ const origin = new URL(url).origin;
 const failures = [];
 const check = (ok, what) => { if (!ok) failures.push(what); };
 const auth = apiKey ? { Authorization: 'Bearer ' + apiKey } : {};
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function getJson(p) {
   const res = await fetch(origin + p, { headers: auth });
   if (!res.ok) throw new Error(p + ': HTTP ' + res.status);
   return res.json();
-}
-
-function parseMetrics(text) {
-  const out = {};
-  for (const line of text.split('\n')) {
-    if (line.startsWith('#') || !line.trim()) continue;
-    const at = line.lastIndexOf(' ');
-    out[line.slice(0, at)] = Number(line.slice(at + 1));
-  }
-  return out;
 }
 
 // The load: `total` streaming completions, `concurrency` at a time; prompts share a long system
@@ -72,148 +59,128 @@ async function load(total, concurrency, enough) {
   return { done, failed };
 }
 
-const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pagoda-chromium-'));
-const browser = await puppeteer.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  headless: true,
-  userDataDir,
-  args: ['--no-sandbox', '--headless', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-    '--no-first-run', '--disable-sync', '--disable-dev-shm-usage', '--window-size=1280,1400'],
-});
 const result = { ok: false };
 try {
-  const page = await browser.newPage();
-  await page.setViewport({ width: 1280, height: 1400 });
-  const requested = [];
-  const foreign = [];
-  await page.setRequestInterception(true);
-  page.on('request', (req) => {
-    requested.push(req.url());
-    if (!req.url().startsWith(origin + '/') && !req.url().startsWith('data:')) {
-      foreign.push(req.url());
-      req.abort();
-    } else {
-      req.continue();
+  await withPage(origin, !!apiKey, async (page, seen) => {
+    const { requested, foreign, consoleErrors } = seen;
+    await page.goto(origin + '/dashboard', { waitUntil: 'load' });
+    const updates = () => page.evaluate(() => Number(document.body.dataset.updates || 0));
+    if (apiKey) {
+      await page.waitForSelector('#key-form:not([hidden])', { timeout: 10000 });
+      check((await updates()) === 0, 'the page rendered data before it had the key');
+      await page.type('#key', apiKey);
+      await page.click('#key-form button');
     }
-  });
-  const consoleErrors = [];
-  page.on('console', (m) => {  // (the 401 that makes the page ask for a key is expected)
-    if (m.type() === 'error' && !(apiKey && m.text().includes('401'))) consoleErrors.push(m.text());
-  });
-  page.on('pageerror', (e) => consoleErrors.push(String(e)));
+    await page.waitForFunction(() => Number(document.body.dataset.updates) >= 1, { timeout: 30000 });
 
-  await page.goto(origin + '/dashboard', { waitUntil: 'load' });
-  const updates = () => page.evaluate(() => Number(document.body.dataset.updates || 0));
-  if (apiKey) {
-    await page.waitForSelector('#key-form:not([hidden])', { timeout: 10000 });
-    check((await updates()) === 0, 'the page rendered data before it had the key');
-    await page.type('#key', apiKey);
-    await page.click('#key-form button');
-  }
-  await page.waitForFunction(() => Number(document.body.dataset.updates) >= 1, { timeout: 30000 });
-
-  // Under load.
-  const live = { renders: 0, steps: [], max_rows: 0, max_in_use: 0, states: new Set() };
-  let loading = true;
-  let shot = false;
-  // Requests keep coming until the page has rendered the load 4 times: a browser starved of CPU
-  // (other tests beside this one) renders slowly while the tiny model answers fast, so the count
-  // is bounded only by 5000 requests and 120 s.
-  const loadStart = Date.now();
-  const enough = () => (shot && live.renders >= 4) || Date.now() - loadStart > 120000;
-  const loadDone = load(5000, 8, enough).then((r) => { loading = false; return r; });
-  const startUpdates = await updates();
-  while (loading) {
-    await sleep(250);
-    const seen = await page.evaluate(() => ({
-      updates: Number(document.body.dataset.updates),
-      steps: Number(document.getElementById('v-steps').dataset.value),
-      rows: document.querySelectorAll('#requests tbody tr').length,
-      inUse: Number(document.getElementById('v-in-use').dataset.value),
-      states: [...document.querySelectorAll('#requests tbody tr td:nth-child(2)')].map((td) => td.textContent),
-    }));
-    live.renders = seen.updates - startUpdates;
-    live.steps.push(seen.steps);
-    live.max_rows = Math.max(live.max_rows, seen.rows);
-    live.max_in_use = Math.max(live.max_in_use, seen.inUse);
-    seen.states.forEach((s) => live.states.add(s));
-    if (!shot && seen.rows >= 4 && live.renders >= 3) {
-      await page.screenshot({ path: path.join(outDir, 'dashboard-live.png'), fullPage: true });
-      shot = true;
+    // Under load.
+    const live = { renders: 0, steps: [], max_rows: 0, max_in_use: 0, states: new Set() };
+    let loading = true;
+    let shot = false;
+    // Requests keep coming until the page has rendered the load 4 times: a browser starved of CPU
+    // (other tests beside this one) renders slowly while the tiny model answers fast, so the count
+    // is bounded only by 5000 requests and 120 s.
+    const loadStart = Date.now();
+    const enough = () => (shot && live.renders >= 4) || Date.now() - loadStart > 120000;
+    const loadDone = load(5000, 8, enough).then((r) => { loading = false; return r; });
+    const startUpdates = await updates();
+    while (loading) {
+      await sleep(250);
+      const seen = await page.evaluate(() => ({
+        updates: Number(document.body.dataset.updates),
+        steps: Number(document.getElementById('v-steps').dataset.value),
+        rows: document.querySelectorAll('#requests tbody tr').length,
+        inUse: Number(document.getElementById('v-in-use').dataset.value),
+        states: [...document.querySelectorAll('#requests tbody tr td:nth-child(2)')].map((td) => td.textContent),
+      }));
+      live.renders = seen.updates - startUpdates;
+      live.steps.push(seen.steps);
+      live.max_rows = Math.max(live.max_rows, seen.rows);
+      live.max_in_use = Math.max(live.max_in_use, seen.inUse);
+      seen.states.forEach((s) => live.states.add(s));
+      if (!shot && seen.rows >= 4 && live.renders >= 3) {
+        await page.screenshot({ path: path.join(outDir, 'dashboard-live.png'), fullPage: true });
+        shot = true;
+      }
     }
-  }
-  const loadResult = await loadDone;
-  if (!shot) await page.screenshot({ path: path.join(outDir, 'dashboard-live.png'), fullPage: true });
-  check(loadResult.failed === 0, 'load requests failed: ' + loadResult.failed);
-  check(live.renders >= 3, 'the page rendered ' + live.renders + ' times during the load (want >= 3)');
-  check(new Set(live.steps).size >= 3, 'the step counter did not move on the page: ' + live.steps.join(','));
-  check(live.max_rows >= 1, 'the requests table never showed a running request');
-  check(live.max_in_use >= 1, 'the page never showed a block in use');
-  check(live.states.has('decoding'), 'no request was shown decoding: ' + [...live.states].join(','));
+    const loadResult = await loadDone;
+    if (!shot) await page.screenshot({ path: path.join(outDir, 'dashboard-live.png'), fullPage: true });
+    check(loadResult.failed === 0, 'load requests failed: ' + loadResult.failed);
+    check(live.renders >= 3, 'the page rendered ' + live.renders + ' times during the load (want >= 3)');
+    check(new Set(live.steps).size >= 3, 'the step counter did not move on the page: ' + live.steps.join(','));
+    check(live.max_rows >= 1, 'the requests table never showed a running request');
+    check(live.max_in_use >= 1, 'the page never showed a block in use');
+    check(live.states.has('decoding'), 'no request was shown decoding: ' + [...live.states].join(','));
 
-  // Idle: wait for a render of the settled server, then compare with the API at that moment.
-  let stats = null, metrics = null, dom = null;
-  for (let attempt = 0; attempt < 20; attempt++) {
-    const before = await updates();
-    await page.waitForFunction((n) => Number(document.body.dataset.updates) >= n + 2, { timeout: 30000 }, before);
-    stats = await getJson('/v1/kv/stats');
-    metrics = parseMetrics(await (await fetch(origin + '/metrics')).text());
-    dom = await page.evaluate(() => {
-      const v = {};
-      for (const el of document.querySelectorAll('[id^="v-"]')) v[el.id] = { value: el.dataset.value, text: el.textContent };
-      v.rows = document.querySelectorAll('#requests tbody tr').length;
-      v.prefixRows = [...document.querySelectorAll('#prefixes tbody tr')].map((tr) => [...tr.children].map((td) => td.textContent));
-      return v;
-    });
-    if (Number(dom['v-steps'].value) === stats.steps && stats.requests.running === 0 && stats.requests.waiting === 0) break;
-  }
-  const num = (id) => Number(dom[id].value);
-  const same = (id, want, what) => check(num(id) === want, id + ' shows ' + dom[id].value + ', ' + what + ' says ' + want);
-  same('v-steps', stats.steps, '/v1/kv/stats steps');
-  same('v-steps', metrics['pagoda_engine_steps_total'], '/metrics');
-  same('v-in-use', stats.pool.in_use, 'stats');
-  same('v-in-use', metrics['pagoda_kv_blocks{state="in_use"}'], '/metrics');
-  same('v-cached', stats.pool.cached, 'stats');
-  same('v-cached', metrics['pagoda_kv_blocks{state="cached"}'], '/metrics');
-  same('v-free', stats.pool.free, 'stats');
-  same('v-free', metrics['pagoda_kv_blocks{state="free"}'], '/metrics');
-  same('v-num-blocks', metrics['pagoda_kv_blocks_capacity'], '/metrics');
-  same('v-hit-tokens', stats.prefix_cache.hit_tokens, 'stats');
-  same('v-hit-tokens', metrics['pagoda_prefix_cache_hit_tokens_total'], '/metrics');
-  same('v-queried-tokens', metrics['pagoda_prefix_cache_queried_tokens_total'], '/metrics');
-  same('v-running', metrics['pagoda_requests_running'], '/metrics');
-  same('v-waiting', metrics['pagoda_requests_waiting'], '/metrics');
-  same('v-gen-tokens', metrics['pagoda_generation_tokens_total'], '/metrics');
-  same('v-ttft-count', metrics['pagoda_time_to_first_token_seconds_count'], '/metrics');
-  same('v-ttft-p50', stats.latency.ttft.p50, 'stats');
-  same('v-ttft-p99', stats.latency.ttft.p99, 'stats');
-  same('v-itl-p50', stats.latency.inter_token.p50, 'stats');
-  same('v-evictions', metrics['pagoda_kv_evicted_blocks_total'], '/metrics');
-  same('v-preemptions', metrics['pagoda_preemptions_total'], '/metrics');
-  same('v-usage', metrics['pagoda_kv_usage_ratio'], '/metrics');
-  const rate = metrics['pagoda_prefix_cache_hit_tokens_total'] / metrics['pagoda_prefix_cache_queried_tokens_total'];
-  check(dom['v-hit-rate'].text === (rate * 100).toFixed(1), 'hit rate text ' + dom['v-hit-rate'].text + ' vs ' + (rate * 100).toFixed(1));
-  check(rate > 0.3, 'the shared-prefix load should hit the prefix cache (rate ' + rate + ')');
-  check(dom['v-ttft-p50'].text === (stats.latency.ttft.p50 * 1000).toFixed(1), 'TTFT text ' + dom['v-ttft-p50'].text);
-  check(dom.rows === 0, 'idle server, but the requests table has ' + dom.rows + ' rows');
-  check(dom.prefixRows.length === stats.top_prefixes.length && dom.prefixRows.length > 0, 'prefix table rows ' + dom.prefixRows.length);
-  if (dom.prefixRows.length > 0) {
-    check(Number(dom.prefixRows[0][0]) === stats.top_prefixes[0].tokens, 'largest prefix tokens ' + dom.prefixRows[0][0]);
-    check(dom.prefixRows[0][4].startsWith('Once upon a time'), 'prefix preview ' + dom.prefixRows[0][4]);
-  }
-  check(stats.pool.block_map === undefined || stats.pool.block_map.length === stats.pool.num_blocks, 'block map length');
-  await page.screenshot({ path: path.join(outDir, 'dashboard-idle.png'), fullPage: true });
+    // Idle: wait for a render of the settled server, then compare with the API at that moment.
+    let stats = null, metrics = null, dom = null;
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const before = await updates();
+      await page.waitForFunction((n) => Number(document.body.dataset.updates) >= n + 2, { timeout: 30000 }, before);
+      stats = await getJson('/v1/kv/stats');
+      metrics = parseMetrics(await (await fetch(origin + '/metrics')).text());
+      dom = await page.evaluate(() => {
+        const v = {};
+        for (const el of document.querySelectorAll('[id^="v-"]')) v[el.id] = { value: el.dataset.value, text: el.textContent };
+        v.rows = document.querySelectorAll('#requests tbody tr').length;
+        v.prefixRows = [...document.querySelectorAll('#prefixes tbody tr')].map((tr) => [...tr.children].map((td) => td.textContent));
+        v.tierRows = [...document.querySelectorAll('#tiers tbody tr')].map((tr) =>
+          [tr.dataset.tier, ...[...tr.children].slice(3).map((td) => Number(td.dataset.value))]);
+        return v;
+      });
+      if (Number(dom['v-steps'].value) === stats.steps && stats.requests.running === 0 && stats.requests.waiting === 0) break;
+    }
+    const num = (id) => Number(dom[id].value);
+    const same = (id, want, what) => check(num(id) === want, id + ' shows ' + dom[id].value + ', ' + what + ' says ' + want);
+    same('v-steps', stats.steps, '/v1/kv/stats steps');
+    same('v-steps', metrics['pagoda_engine_steps_total'], '/metrics');
+    same('v-in-use', stats.pool.in_use, 'stats');
+    same('v-in-use', metrics['pagoda_kv_blocks{state="in_use"}'], '/metrics');
+    same('v-cached', stats.pool.cached, 'stats');
+    same('v-cached', metrics['pagoda_kv_blocks{state="cached"}'], '/metrics');
+    same('v-free', stats.pool.free, 'stats');
+    same('v-free', metrics['pagoda_kv_blocks{state="free"}'], '/metrics');
+    same('v-num-blocks', metrics['pagoda_kv_blocks_capacity'], '/metrics');
+    same('v-hit-tokens', stats.prefix_cache.hit_tokens, 'stats');
+    same('v-hit-tokens', metrics['pagoda_prefix_cache_hit_tokens_total'], '/metrics');
+    same('v-queried-tokens', metrics['pagoda_prefix_cache_queried_tokens_total'], '/metrics');
+    same('v-running', metrics['pagoda_requests_running'], '/metrics');
+    same('v-waiting', metrics['pagoda_requests_waiting'], '/metrics');
+    same('v-gen-tokens', metrics['pagoda_generation_tokens_total'], '/metrics');
+    same('v-ttft-count', metrics['pagoda_time_to_first_token_seconds_count'], '/metrics');
+    same('v-ttft-p50', stats.latency.ttft.p50, 'stats');
+    same('v-ttft-p99', stats.latency.ttft.p99, 'stats');
+    same('v-itl-p50', stats.latency.inter_token.p50, 'stats');
+    same('v-evictions', metrics['pagoda_kv_evicted_blocks_total'], '/metrics');
+    same('v-preemptions', metrics['pagoda_preemptions_total'], '/metrics');
+    same('v-usage', metrics['pagoda_kv_usage_ratio'], '/metrics');
+    const rate = metrics['pagoda_prefix_cache_hit_tokens_total'] / metrics['pagoda_prefix_cache_queried_tokens_total'];
+    check(dom['v-hit-rate'].text === (rate * 100).toFixed(1), 'hit rate text ' + dom['v-hit-rate'].text + ' vs ' + (rate * 100).toFixed(1));
+    check(rate > 0.3, 'the shared-prefix load should hit the prefix cache (rate ' + rate + ')');
+    check(dom['v-ttft-p50'].text === (stats.latency.ttft.p50 * 1000).toFixed(1), 'TTFT text ' + dom['v-ttft-p50'].text);
+    check(dom.rows === 0, 'idle server, but the requests table has ' + dom.rows + ' rows');
+    check(dom.prefixRows.length === stats.top_prefixes.length && dom.prefixRows.length > 0, 'prefix table rows ' + dom.prefixRows.length);
+    if (dom.prefixRows.length > 0) {
+      check(Number(dom.prefixRows[0][0]) === stats.top_prefixes[0].tokens, 'largest prefix tokens ' + dom.prefixRows[0][0]);
+      check(dom.prefixRows[0][4].startsWith('Once upon a time'), 'prefix preview ' + dom.prefixRows[0][4]);
+    }
+    // The tiers table: one row per /v1/kv/stats tier, in order, with its numbers.
+    check(JSON.stringify(dom.tierRows) === JSON.stringify(stats.tiers.map((t) =>
+      [t.tier, t.used_blocks, t.capacity_blocks, t.hit_blocks, t.evictions])),
+    'tier rows ' + JSON.stringify(dom.tierRows) + ' vs ' + JSON.stringify(stats.tiers));
+    check(dom.tierRows.length >= 1 && dom.tierRows[0][0] === 'pool' &&
+      dom.tierRows[0][1] === stats.pool.in_use + stats.pool.cached, 'the pool row: ' + JSON.stringify(dom.tierRows[0]));
+    check(stats.pool.block_map === undefined || stats.pool.block_map.length === stats.pool.num_blocks, 'block map length');
+    await page.screenshot({ path: path.join(outDir, 'dashboard-idle.png'), fullPage: true });
 
-  check(foreign.length === 0, 'requests to other hosts: ' + foreign.join(', '));
-  check(requested.every((u) => !apiKey || !u.includes(apiKey)), 'the API key appeared in a URL');
-  check(consoleErrors.length === 0, 'console errors: ' + consoleErrors.join(' | '));
-  Object.assign(result, { renders: live.renders, max_rows: live.max_rows, states: [...live.states], requests: requested.length,
-    hit_rate: rate, steps: stats.steps });
+    check(foreign.length === 0, 'requests to other hosts: ' + foreign.join(', '));
+    check(requested.every((u) => !apiKey || !u.includes(apiKey)), 'the API key appeared in a URL');
+    check(consoleErrors.length === 0, 'console errors: ' + consoleErrors.join(' | '));
+    Object.assign(result, { renders: live.renders, max_rows: live.max_rows, states: [...live.states], requests: requested.length,
+      hit_rate: rate, steps: stats.steps });
+  });
 } catch (e) {
   failures.push('exception: ' + (e && e.stack ? e.stack : e));
-} finally {
-  await browser.close();
-  fs.rmSync(userDataDir, { recursive: true, force: true });
 }
 result.ok = failures.length === 0;
 result.failures = failures;

@@ -1,0 +1,62 @@
+// Chat templates: byte 0 picks the family (llama2 ... gemma), byte 1 bit 0 add_generation_prompt;
+// the rest is messages separated by 0x1E, each a role byte (system/user/assistant/other) and its
+// content, any bytes. render() gives text or a Status (roles out of order), never a crash; the
+// rendered text of a conversation whose contents are valid UTF-8 is valid UTF-8, and encodes
+// with the tok512 tokenizer. detect_chat_template reads the raw input as a Jinja string.
+#include "fuzz/fuzz_util.h"
+#include "model/chat_template.h"
+#include "model/llama2c.h"
+#include "model/prompt_tokens.h"
+#include "model/tokenizer.h"
+
+using namespace pagoda::model;
+
+namespace {
+Tokenizer* tokenizer = nullptr;
+}
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  const char* env = std::getenv("PAGODA_TEST_DATA");
+  const std::string data = env != nullptr && *env != 0 ? env : PAGODA_DEFAULT_TEST_DATA;
+  auto vocab = read_llama2c_vocab(data + "/models/stories260K/tok512.bin", 512);
+  if (!vocab.is_ok()) pagoda::fuzz::fuzz_fail("harness: tok512.bin", vocab.status().message());
+  auto tok = Tokenizer::create(std::move(*vocab));
+  if (!tok.is_ok()) pagoda::fuzz::fuzz_fail("harness: tok512 tokenizer", tok.status().message());
+  tokenizer = new Tokenizer(std::move(*tok));
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view raw(reinterpret_cast<const char*>(data), size);
+  (void)detect_chat_template(raw);
+  if (size < 2) return 0;
+  const ChatFamily families[] = {ChatFamily::kLlama2,  ChatFamily::kLlama3, ChatFamily::kChatML,
+                                 ChatFamily::kMistral, ChatFamily::kZephyr, ChatFamily::kGemma};
+  const ChatFamily family = families[data[0] % 6];
+  const bool add_generation_prompt = (data[1] & 1) != 0;
+  std::vector<ChatMessage> messages;
+  bool utf8 = true;
+  std::string_view rest = raw.substr(2);
+  while (!rest.empty() || messages.empty()) {
+    const size_t end = rest.find('\x1e');
+    std::string_view m = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end + 1);
+    const char* roles[] = {"system", "user", "assistant", "tool"};
+    const char* role = m.empty() ? "user" : roles[static_cast<uint8_t>(m[0]) % 4];
+    if (!m.empty()) m.remove_prefix(1);
+    utf8 = utf8 && pagoda::fuzz::valid_utf8(m);
+    messages.push_back({role, std::string(m)});
+    if (messages.size() > 64) break;
+  }
+  ChatTemplate tmpl(family, "<s>", "</s>");
+  (void)tmpl.end_of_turn();
+  auto text = tmpl.render(messages, add_generation_prompt);
+  if (!text.is_ok()) return 0;
+  if (utf8 && !pagoda::fuzz::valid_utf8(*text)) pagoda::fuzz::fuzz_fail("chat template: rendered text is not UTF-8");
+  auto ids = encode_chat(*tokenizer, tmpl, messages);
+  if (!ids.is_ok()) pagoda::fuzz::fuzz_fail("chat template: rendered but does not encode:", ids.status().message());
+  for (int32_t id : *ids) {
+    if (id < 0 || id >= tokenizer->vocab_size()) pagoda::fuzz::fuzz_fail("chat template: id outside the vocab");
+  }
+  return 0;
+}

@@ -1,0 +1,165 @@
+// deepseek2 (DeepSeek-V2 / V2-Lite / V3 attention, dense FFN): weights binding and the forward
+// pass with Multi-head Latent Attention over a latent paged cache.
+//
+//   per layer: h = rmsnorm(x)
+//     q      = h Wq  or  rmsnorm(h Wq_a) Wq_b (q LoRA)         [T, n_head, dn + dr]
+//     kv_a   = h Wkv_a                                        [T, r + dr]
+//     c_kv   = rmsnorm(kv_a[:, :r]);  k_pe = rope(kv_a[:, r:])  (decoupled RoPE, one shared head)
+//     cache  <- [c_kv | k_pe]                                 one latent row per token
+//     q_abs  = [q_nope W_UK^T | rope(q_pe)]   per head          [T, n_head, r + dr]
+//     o_lat  = mla_attention(q_abs, cache)                    [T, n_head, r]
+//     x     += (o_lat W_UV per head) Wo;  x += SwiGLU FFN
+// which equals attention over the decompressed keys [c_kv W_UK | k_pe] and values c_kv W_UV
+// (tests/engine/mla_forward_test.cpp checks it against a float64 decompressed reference).
+#include <cmath>
+#include <cstring>
+
+#include "kernels/mla_attention.h"
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+#include "model/llama_model.h"
+#include "model/weight_binding.h"
+
+namespace pagoda::model {
+
+namespace {
+
+// A tensor of any shape as f32, rows of dims[0] values.
+Result<std::vector<float>> load_f32(const TensorTable& f, const std::string& name, std::vector<int64_t> dims) {
+  PAGODA_ASSIGN_OR_RETURN(const TensorRef* t, find_tensor(f, name, dims));
+  const int64_t row = dims[0];
+  if (row % dtype_info(*t->dtype).block_elems != 0) {
+    return Status::error("tensor '" + name + "': rows of " + std::to_string(row) + " are not whole " +
+                         std::string(dtype_name(*t->dtype)) + " blocks");
+  }
+  int64_t n_rows = 1;
+  for (size_t i = 1; i < dims.size(); ++i) n_rows *= dims[i];
+  std::vector<float> out(row * n_rows);
+  const size_t row_bytes = dtype_row_bytes(*t->dtype, row);
+  for (int64_t i = 0; i < n_rows; ++i) kernels::dequantize_row(*t->dtype, t->data + i * row_bytes, out.data() + i * row, row);
+  return out;
+}
+
+kernels::WeightView f32_matrix(const float* data, int64_t n_out, int64_t n_in) {
+  kernels::WeightView w;
+  w.data = data;
+  w.dtype = DType::kF32;
+  w.n_out = n_out;
+  w.n_in = n_in;
+  return w;
+}
+
+}  // namespace
+
+Status LlamaModel::bind_mla(const TensorTable& f) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.n_head, r = c.kv_lora_rank, dr = c.qk_rope_dim, dn = c.qk_nope_dim, dv = c.v_head_dim;
+  PAGODA_ASSIGN_OR_RETURN(token_embd_, bind_matrix(f, "token_embd.weight", c.n_vocab, c.n_embd));
+  if (f.contains("output.weight")) {
+    PAGODA_ASSIGN_OR_RETURN(output_, bind_matrix(f, "output.weight", c.n_vocab, c.n_embd));
+  } else {
+    output_ = token_embd_;
+  }
+  PAGODA_ASSIGN_OR_RETURN(output_norm_, load_vector(f, "output_norm.weight", c.n_embd));
+  layers_.resize(c.n_layer);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights& w = layers_[l];
+    PAGODA_ASSIGN_OR_RETURN(w.attn_norm, load_vector(f, p + "attn_norm.weight", c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(w.ffn_norm, load_vector(f, p + "ffn_norm.weight", c.n_embd));
+    if (c.q_lora_rank > 0) {
+      PAGODA_ASSIGN_OR_RETURN(w.wq_a, bind_matrix(f, p + "attn_q_a.weight", c.q_lora_rank, c.n_embd));
+      PAGODA_ASSIGN_OR_RETURN(w.q_a_norm, load_vector(f, p + "attn_q_a_norm.weight", c.q_lora_rank));
+      PAGODA_ASSIGN_OR_RETURN(w.wq, bind_matrix(f, p + "attn_q_b.weight", c.q_dim(), c.q_lora_rank));
+    } else {
+      PAGODA_ASSIGN_OR_RETURN(w.wq, bind_matrix(f, p + "attn_q.weight", c.q_dim(), c.n_embd));
+    }
+    PAGODA_ASSIGN_OR_RETURN(w.wkv_a, bind_matrix(f, p + "attn_kv_a_mqa.weight", r + dr, c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(w.kv_a_norm, load_vector(f, p + "attn_kv_a_norm.weight", r));
+    if (f.contains(p + "attn_kv_b.weight")) {
+      // Rows of head h: [dn rows of W_UK (k_nope), dv rows of W_UV (value)], each of r values.
+      PAGODA_ASSIGN_OR_RETURN(std::vector<float> kv_b, load_f32(f, p + "attn_kv_b.weight", {r, H * (dn + dv)}));
+      w.wk_b.resize(H * r * dn);
+      w.wv_b.resize(H * dv * r);
+      for (int64_t h = 0; h < H; ++h) {
+        const float* rows = kv_b.data() + h * (dn + dv) * r;
+        for (int64_t i = 0; i < dn; ++i) {
+          for (int64_t j = 0; j < r; ++j) w.wk_b[(h * r + j) * dn + i] = rows[i * r + j];  // transposed
+        }
+        std::memcpy(w.wv_b.data() + h * dv * r, rows + dn * r, dv * r * sizeof(float));
+      }
+    } else {  // llama.cpp's MLA conversion: split and already in absorbed order
+      PAGODA_ASSIGN_OR_RETURN(w.wk_b, load_f32(f, p + "attn_k_b.weight", {dn, r, H}));
+      PAGODA_ASSIGN_OR_RETURN(w.wv_b, load_f32(f, p + "attn_v_b.weight", {r, dv, H}));
+    }
+    PAGODA_ASSIGN_OR_RETURN(w.wo, bind_matrix(f, p + "attn_output.weight", c.n_embd, H * dv));
+    PAGODA_ASSIGN_OR_RETURN(w.w_gate, bind_matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(w.w_up, bind_matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(w.w_down, bind_matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff));
+  }
+  return Status::ok();
+}
+
+void ForwardPass::forward_mla(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits) {
+  const ModelConfig& c = model_.config();
+  const int64_t T = batch.n_tokens();
+  const int64_t d = c.n_embd, H = c.n_head, r = c.kv_lora_rank, dr = c.qk_rope_dim, dn = c.qk_nope_dim;
+  const int64_t dv = c.v_head_dim, L = r + dr, qh = dn + dr;
+  CHECK(T > 0 && T <= max_tokens_) << "batch of " << T << " tokens, max " << max_tokens_;
+  CHECK_EQ(static_cast<int64_t>(batch.positions.size()), T);
+  CHECK_EQ(static_cast<int64_t>(batch.slot_mapping.size()), T);
+  CHECK_EQ(static_cast<int64_t>(kv_layers.size()), c.n_layer);
+  float* x = x_.data();
+  float* xb = xb_.data();
+  float* q = q_.data();         // [T, H, qh]
+  float* kv_a = kv_a_.data();   // [T, L]
+  float* q_abs = q_abs_.data(); // [T, H, L]
+  float* att = att_.data();     // [T, H * dv]
+  embed(batch);
+  const kernels::AttentionParams attn{H, c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(qh)),
+                                      window_, n_sinks_};
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& w = model_.layer(l);
+    kernels::rmsnorm(x, w.attn_norm.data(), xb, T, d, c.rms_eps);
+    if (c.q_lora_rank > 0) {
+      matmul_.run(w.wq_a, xb, T, q_a_.data());
+      kernels::rmsnorm(q_a_.data(), w.q_a_norm.data(), q_a_.data(), T, c.q_lora_rank, c.rms_eps);
+      matmul_.run(w.wq, q_a_.data(), T, q);
+    } else {
+      matmul_.run(w.wq, xb, T, q);
+    }
+    matmul_.run(w.wkv_a, xb, T, kv_a);
+    for (int64_t t = 0; t < T; ++t) kernels::rmsnorm(kv_a + t * L, w.kv_a_norm.data(), kv_a + t * L, 1, r, c.rms_eps);
+    // Decoupled RoPE: the last dr values of each query head and of the latent row.
+    kernels::rope(q + dn, batch.positions.data(), T, H, c.rope);
+    kernels::rope(kv_a + r, batch.positions.data(), T, 1, latent_rope_);
+    kernels::store_kv(kv_layers[l], kv_a, nullptr, batch.slot_mapping.data(), T);
+    // Absorb W_UK into the queries, head by head: q_abs[t, h] = [W_UK[h]^T q_nope[t, h] | q_pe[t, h]].
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t t = 0; t < T; ++t) std::memcpy(head_in_.data() + t * dn, q + (t * H + h) * qh, dn * sizeof(float));
+      matmul_.run(f32_matrix(w.wk_b.data() + h * r * dn, r, dn), head_in_.data(), T, head_out_.data());
+      for (int64_t t = 0; t < T; ++t) {
+        float* dst = q_abs + (t * H + h) * L;
+        std::memcpy(dst, head_out_.data() + t * r, r * sizeof(float));
+        std::memcpy(dst + r, q + (t * H + h) * qh + dn, dr * sizeof(float));
+      }
+    }
+    kernels::mla_attention(kv_layers[l], q_abs, batch.positions.data(), batch.seqs.data(),
+                           static_cast<int64_t>(batch.seqs.size()), attn, r, att_latent_.data(), pool_,
+                           attention_scratch_, isa_);
+    // Up-project each head's latent output to its value space: o[t, h] = W_UV[h] o_lat[t, h].
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        std::memcpy(head_in_.data() + t * r, att_latent_.data() + (t * H + h) * r, r * sizeof(float));
+      }
+      matmul_.run(f32_matrix(w.wv_b.data() + h * dv * r, dv, r), head_in_.data(), T, head_out_.data());
+      for (int64_t t = 0; t < T; ++t) std::memcpy(att + t * H * dv + h * dv, head_out_.data() + t * dv, dv * sizeof(float));
+    }
+    matmul_.run(w.wo, att, T, xb);
+    kernels::add_inplace(x, xb, T * d);
+    feed_forward(w, T);
+  }
+  classify(batch, logits);
+}
+
+}  // namespace pagoda::model

@@ -1,0 +1,174 @@
+// MLA attention over a K-only latent cache: the kernel (every ISA of this CPU) equals its scalar
+// reference for every KV dtype, block sizes, head counts and window masks; and with explicit
+// random W_UK / W_UV, absorbed attention + up-projection equals ordinary attention over the
+// decompressed keys [c W_UK | k_pe] and values c W_UV, in double (the naive form).
+#include "kernels/mla_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/rng.h"
+
+namespace pagoda::kernels {
+namespace {
+
+struct Case {
+  int64_t r, dr, n_head, block_size;
+  KvDType dtype;
+  int64_t window = 0, sinks = 0;
+};
+
+struct Latents {
+  std::vector<int64_t> cached = {29, 0, 12};  // per sequence, before this step
+  std::vector<int64_t> n_new = {1, 11, 6};
+  std::vector<std::vector<int32_t>> blocks;
+  std::vector<std::vector<float>> rows;  // per sequence [len, r + dr]
+  std::vector<SeqSpan> spans;
+  std::vector<int32_t> positions;
+  int64_t num_blocks = 0;
+};
+
+Latents make_latents(Rng& rng, int64_t width, int64_t B) {
+  Latents s;
+  int64_t total = 0;
+  for (size_t i = 0; i < s.cached.size(); ++i) total += (s.cached[i] + s.n_new[i] + B - 1) / B;
+  std::vector<int32_t> ids(total + 2);
+  std::iota(ids.begin(), ids.end(), 0);
+  for (size_t i = ids.size() - 1; i > 0; --i) std::swap(ids[i], ids[rng.next_u64() % (i + 1)]);
+  s.num_blocks = static_cast<int64_t>(ids.size());
+  size_t next = 0;
+  s.blocks.resize(s.cached.size());
+  for (size_t i = 0; i < s.cached.size(); ++i) {
+    const int64_t len = s.cached[i] + s.n_new[i];
+    for (int64_t b = 0; b < (len + B - 1) / B; ++b) s.blocks[i].push_back(ids[next++]);
+    std::vector<float> rows(len * width);
+    for (auto& x : rows) x = rng.normal();
+    s.rows.push_back(rows);
+  }
+  for (size_t i = 0; i < s.cached.size(); ++i) {
+    s.spans.push_back({static_cast<int64_t>(s.positions.size()), s.n_new[i], s.blocks[i].data(),
+                       static_cast<int64_t>(s.blocks[i].size())});
+    for (int64_t j = 0; j < s.n_new[i]; ++j) s.positions.push_back(static_cast<int32_t>(s.cached[i] + j));
+  }
+  return s;
+}
+
+void store_latents(const Latents& s, const KvLayerView& layer) {
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    const int64_t len = s.cached[i] + s.n_new[i], B = layer.block_size;
+    std::vector<int64_t> slots(len);
+    for (int64_t p = 0; p < len; ++p) slots[p] = int64_t{s.blocks[i][p / B]} * B + p % B;
+    store_kv(layer, s.rows[i].data(), nullptr, slots.data(), len);
+  }
+}
+
+TEST(MlaAttention, KernelMatchesReferenceForEveryDtypeAndIsa) {
+  const std::vector<Case> cases = {
+      {32, 8, 4, 4, KvDType::kF32},      {64, 16, 16, 16, KvDType::kF16},  {16, 8, 3, 8, KvDType::kBF16},
+      {32, 8, 5, 16, KvDType::kInt8},    {32, 16, 8, 4, KvDType::kFp8E4M3}, {64, 8, 9, 16, KvDType::kInt4},
+      {32, 8, 4, 4, KvDType::kF32, 7, 4}, {32, 8, 12, 8, KvDType::kInt8, 9, 0},
+  };
+  Rng rng(17);
+  for (const Case& c : cases) {
+    SCOPED_TRACE("r " + std::to_string(c.r) + " dr " + std::to_string(c.dr) + " heads " + std::to_string(c.n_head) +
+                 " B " + std::to_string(c.block_size) + " " + std::string(kv_dtype_name(c.dtype)) + " window " +
+                 std::to_string(c.window));
+    const int64_t L = c.r + c.dr;
+    Latents s = make_latents(rng, L, c.block_size);
+    KvLayerBuffer buf(c.dtype, KvLayoutKind::kND, s.num_blocks, c.block_size, 1, L, 8, /*k_only=*/true);
+    EXPECT_EQ(buf.view().v_block_bytes(), 0);
+    store_latents(s, buf.view());
+    const int64_t rows = static_cast<int64_t>(s.positions.size());
+    std::vector<float> q(rows * c.n_head * L);
+    for (auto& x : q) x = rng.normal();
+    const AttentionParams params{c.n_head, 1.0f / std::sqrt(static_cast<float>(L)), c.window, c.sinks};
+    std::vector<float> want(rows * c.n_head * c.r);
+    mla_attention_reference(buf.view(), q.data(), s.positions.data(), s.spans.data(), 3, params, c.r, want.data());
+    for (Isa isa : {Isa::kScalar, detect_isa()}) {
+      for (int threads : {1, 3}) {
+        ThreadPool pool(threads);
+        AttentionScratch scratch(threads, 64, L);
+        std::vector<float> got(want.size(), -7.0f);
+        mla_attention(buf.view(), q.data(), s.positions.data(), s.spans.data(), 3, params, c.r, got.data(), pool, scratch, isa);
+        double worst = 0;
+        for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+        EXPECT_LT(worst, 2e-5) << "isa " << static_cast<int>(isa) << " threads " << threads;
+      }
+    }
+  }
+}
+
+// Absorbed (latent queries, latent values, then W_UV) == naive (decompressed K and V), f32 cache.
+TEST(MlaAttention, AbsorbedEqualsDecompressedAttention) {
+  Rng rng(5);
+  const int64_t r = 24, dr = 8, dn = 12, dv = 10, H = 4, B = 4, L = r + dr;
+  Latents s = make_latents(rng, L, B);
+  KvLayerBuffer buf(KvDType::kF32, KvLayoutKind::kND, s.num_blocks, B, 1, L, 8, true);
+  store_latents(s, buf.view());
+  std::vector<double> wuk(H * dn * r), wuv(H * dv * r);  // [H, dn, r], [H, dv, r]
+  for (auto& x : wuk) x = rng.normal() / std::sqrt(double(r));
+  for (auto& x : wuv) x = rng.normal() / std::sqrt(double(r));
+  const int64_t rows = static_cast<int64_t>(s.positions.size());
+  std::vector<double> q_nope(rows * H * dn), q_pe(rows * H * dr);
+  for (auto& x : q_nope) x = rng.normal();
+  for (auto& x : q_pe) x = rng.normal();
+  const double scale = 1.0 / std::sqrt(double(dn + dr));
+  // Absorbed: q_abs = [W_UK^T q_nope | q_pe].
+  std::vector<float> q_abs(rows * H * L);
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t j = 0; j < r; ++j) {
+        double acc = 0;
+        for (int64_t i = 0; i < dn; ++i) acc += wuk[(h * dn + i) * r + j] * q_nope[(t * H + h) * dn + i];
+        q_abs[(t * H + h) * L + j] = static_cast<float>(acc);
+      }
+      for (int64_t i = 0; i < dr; ++i) q_abs[(t * H + h) * L + r + i] = static_cast<float>(q_pe[(t * H + h) * dr + i]);
+    }
+  }
+  ThreadPool pool(2);
+  AttentionScratch scratch(2, 64, L);
+  std::vector<float> o_lat(rows * H * r);
+  mla_attention(buf.view(), q_abs.data(), s.positions.data(), s.spans.data(), 3, {H, static_cast<float>(scale)}, r,
+                o_lat.data(), pool, scratch);
+  for (size_t si = 0; si < s.rows.size(); ++si) {
+    const std::vector<float>& lat = s.rows[si];
+    for (int64_t t = s.spans[si].token_begin; t < s.spans[si].token_begin + s.spans[si].n_tokens; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        // Naive: k_p = [W_UK c_p | k_pe_p], v_p = W_UV c_p.
+        const int64_t n_ctx = s.positions[t] + 1;
+        std::vector<double> w(n_ctx), out(dv, 0.0);
+        double mx = -1e300, sum = 0;
+        for (int64_t p = 0; p < n_ctx; ++p) {
+          double d = 0;
+          for (int64_t i = 0; i < dn; ++i) {
+            double k = 0;
+            for (int64_t j = 0; j < r; ++j) k += wuk[(h * dn + i) * r + j] * lat[p * L + j];
+            d += q_nope[(t * H + h) * dn + i] * k;
+          }
+          for (int64_t i = 0; i < dr; ++i) d += q_pe[(t * H + h) * dr + i] * lat[p * L + r + i];
+          w[p] = d * scale;
+          mx = std::max(mx, w[p]);
+        }
+        for (double& e : w) sum += (e = std::exp(e - mx));
+        for (int64_t p = 0; p < n_ctx; ++p) {
+          for (int64_t o = 0; o < dv; ++o) {
+            double v = 0;
+            for (int64_t j = 0; j < r; ++j) v += wuv[(h * dv + o) * r + j] * lat[p * L + j];
+            out[o] += w[p] / sum * v;
+          }
+        }
+        for (int64_t o = 0; o < dv; ++o) {
+          double got = 0;
+          for (int64_t j = 0; j < r; ++j) got += wuv[(h * dv + o) * r + j] * o_lat[(t * H + h) * r + j];
+          EXPECT_NEAR(got, out[o], 1e-4) << "row " << t << " head " << h << " channel " << o;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::kernels
