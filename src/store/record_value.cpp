@@ -34,7 +34,8 @@ void shuffle_bytes(const uint8_t* in, uint8_t* out, int64_t n, int elem) {
     uint8_t* plane = out + b * count;
     for (int64_t i = 0; i < count; ++i) plane[i] = in[i * elem + b];
   }
-  std::memcpy(out + count * elem, in + count * elem, static_cast<size_t>(n - count * elem));
+  // The tail that is no whole element (none for an empty value, whose pointers may be null).
+  if (n > count * elem) std::memcpy(out + count * elem, in + count * elem, static_cast<size_t>(n - count * elem));
 }
 
 void unshuffle_bytes(const uint8_t* in, uint8_t* out, int64_t n, int elem) {
@@ -43,7 +44,8 @@ void unshuffle_bytes(const uint8_t* in, uint8_t* out, int64_t n, int elem) {
     const uint8_t* plane = in + b * count;
     for (int64_t i = 0; i < count; ++i) out[i * elem + b] = plane[i];
   }
-  std::memcpy(out + count * elem, in + count * elem, static_cast<size_t>(n - count * elem));
+  // The tail that is no whole element (none for an empty value, whose pointers may be null).
+  if (n > count * elem) std::memcpy(out + count * elem, in + count * elem, static_cast<size_t>(n - count * elem));
 }
 
 RecordValueCodec::RecordValueCodec(RedisCompression compression, int level, int shuffle)

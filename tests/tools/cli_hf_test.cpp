@@ -74,7 +74,7 @@ TEST(CliHf, InfoDescribesAFolder) {
 
 TEST(CliHf, BrokenFoldersAreErrors) {
   const std::string dir = hf_folder("broken", {});
-  testing::write_text(dir + "/model.safetensors", std::string("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": 1}      ", 24));
+  testing::write_text(dir + "/model.safetensors", std::string("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": 1}        ", 24));
   for (const std::string& cmd : {"info " + dir, "run -m " + dir + " -p hi -n 2", "bench -m " + dir}) {
     SCOPED_TRACE(cmd);
     Output o = pagoda(cmd);
