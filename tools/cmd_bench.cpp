@@ -5,6 +5,7 @@
 
 #include "core/rng.h"
 #include "kernels/matmul.h"
+#include "tools/bench_tiers.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 
@@ -20,6 +21,7 @@ struct BenchOptions {
   int reps = 5;
   bool json = false;
   int64_t prefix_ttft = 0;  // > 0: TTFT with a cached prefix of this many tokens vs uncached
+  bool tiers = false;       // with prefix_ttft: the prefix in the pool / host / disk tier vs recomputed
 };
 
 double median(std::vector<double> v) {
@@ -90,12 +92,16 @@ int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
   // The prefill test repeats one prompt: with the prefix cache on, every rep after the first
   // would be served from cache. Only the --prefix-ttft test uses it.
   if (o.prefix_ttft == 0) eo.no_prefix_cache = true;
+  if (o.tiers) eo.kv_load = "load";  // the table measures loads: never let the cost model skip one
   if (eo.ctx_size == 0) eo.ctx_size = std::max<int64_t>({o.n_prompt, o.depth + o.n_gen + 1, o.prefix_ttft + 17}) + 16;
   auto loaded = load_engine(eo, clock, logger);
   if (!loaded.is_ok()) return fail(loaded.status());
   engine::Engine& eng = *loaded->engine;
   const model::Tokenizer& tok = *loaded->tokenizer;
   const int64_t n_vocab = eng.model().config().n_vocab;
+  if (o.prefix_ttft > 0 && o.tiers) {
+    return bench_tier_ttft(TierTtftOptions{o.prefix_ttft, o.reps, o.json, o.engine.quiet, o.engine.model_path}, eng, tok);
+  }
   if (o.prefix_ttft > 0) return bench_prefix_ttft(o, eng, tok);
 
   // Prompt: random normal tokens (fixed seed), BOS first, as llama-bench does.
@@ -168,6 +174,9 @@ void register_bench(CLI::App& app, const Clock& clock, Logger& logger, int& exit
   cmd->add_flag("--json", options->json, "print one JSON object");
   cmd->add_option("--prefix-ttft", options->prefix_ttft,
                   "instead: TTFT of prompts whose first N tokens are cached vs not")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_flag("--tiers", options->tiers,
+                "with --prefix-ttft: the prefix in the pool, the host tier, the disk tier, or recomputed "
+                "(needs --kv-host-mem and --kv-disk-dir)");
   cmd->callback([options, &clock, &logger, &exit_code] { exit_code = bench(*options, clock, logger); });
 }
 

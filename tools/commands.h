@@ -29,10 +29,18 @@ struct EngineOptions {
   std::string kv_hash = "xxh64";
   int64_t kv_window = 0;  // StreamingLLM: tokens kept after the sinks (0: off)
   int64_t kv_sinks = 0;   // StreamingLLM: first tokens always kept
+  // Tiers below the pool (tools/kv_tiers.cpp).
+  std::string kv_host_mem;               // "" or "0": no host tier
+  std::string kv_disk_dir, kv_disk_mem;  // both or neither
+  std::string kv_offload = "write-back";
+  std::string kv_load = "auto";          // auto | load | recompute
 };
 
 void add_engine_options(CLI::App& app, EngineOptions& options);
 Result<engine::EngineConfig> engine_config_from(const EngineOptions& options);
+// The tier flags (added by add_engine_options) and their wiring (load_engine calls it).
+void add_tier_options(CLI::App& app, EngineOptions& options);
+Status attach_kv_tiers(const EngineOptions& options, engine::Engine& engine, const Clock& clock, const Logger& logger);
 
 // Loads the model and tokenizer and creates the engine.
 struct LoadedEngine {

@@ -38,6 +38,7 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_option("--kv-sinks", o.kv_sinks, "StreamingLLM: the first S tokens always stay (attention sinks; "
                  "rounded up to whole blocks; needs --kv-window)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
+  add_tier_options(app, o);
 }
 
 Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
@@ -89,6 +90,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o, const Clock& clock, con
               std::to_string(mc.n_embd) + ", heads " + std::to_string(mc.n_head) + "/" + std::to_string(mc.n_kv_head) +
               ", vocab " + std::to_string(mc.n_vocab) + ", weights " + kvcache::format_bytes(source.model->weight_bytes()));
   PAGODA_ASSIGN_OR_RETURN(loaded.engine, engine::Engine::create(std::move(source.model), config, clock, logger));
+  PAGODA_RETURN_IF_ERROR(attach_kv_tiers(o, *loaded.engine, clock, logger));
   return loaded;
 }
 

@@ -111,6 +111,29 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   return e;
 }
 
+Engine::~Engine() {
+  if (tiers_ != nullptr) blocks_->remove_listener(tiers_.get());
+}
+
+Status Engine::attach_tiers(std::vector<std::unique_ptr<kvcache::Tier>> tiers, kvcache::OffloadMode offload,
+                            LoadCostModel::Mode load_mode, const std::vector<bool>& write_through) {
+  if (tiers_ != nullptr) return Status::invalid_argument("tiers are attached already");
+  if (tiers.empty()) return Status::ok();
+  if (static_cast<int>(tiers.size()) > kvcache::kMaxTiers) {
+    return Status::invalid_argument("at most " + std::to_string(kvcache::kMaxTiers) + " KV tiers");
+  }
+  if (windowed_seqs()) return Status::invalid_argument("KV tiers need prefix caching; windowed KV is never cached");
+  if (!config_.enable_prefix_caching) return Status::invalid_argument("KV tiers need prefix caching (it is off)");
+  tiers_ = std::make_unique<kvcache::TierStack>(*pool_, offload, *clock_, *logger_);
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    tiers_->add_tier(std::move(tiers[i]), i < write_through.size() && write_through[i]);
+  }
+  load_cost_ = std::make_unique<LoadCostModel>(load_mode);
+  loaded_from_.assign(static_cast<size_t>(pool_->num_blocks()), LoadedFrom{});
+  blocks_->add_listener(tiers_.get());
+  return Status::ok();
+}
+
 Status Engine::check_fits(int64_t total_tokens) const {
   if (!streaming() && total_tokens > max_context_) {
     return Status::error("prompt + generation is " + std::to_string(total_tokens) + " tokens, more than the context of " +
@@ -199,6 +222,7 @@ Status Engine::step(std::span<const StepSeq> seqs, bool all_rows, float* logits_
     blocks_->commit(s.seq);
     if (frees_window_blocks()) release_out_of_window(s.seq);
   }
+  if (tiers_ != nullptr) tiers_->poll();  // puts' completions; never waits
   return Status::ok();
 }
 

@@ -31,8 +31,10 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "engine/load_cost.h"
 #include "engine/sampler.h"
 #include "kvcache/block_manager.h"
+#include "kvcache/tier_stack.h"
 #include "model/llama_model.h"
 
 namespace pagoda::engine {
@@ -83,7 +85,8 @@ struct GenerateStats {
   double prefill_s = 0;   // prompt forward passes
   double decode_s = 0;    // after the first token
   int64_t kv_blocks_used = 0;
-  int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
+  int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache (pool + tiers)
+  int64_t loaded_tokens = 0;  // of which loaded from lower tiers
   double prefill_tps() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
   double decode_tps() const { return decode_s > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_s : 0; }
 };
@@ -94,6 +97,8 @@ struct KvBlockDump {
   int32_t ref_count = 0;
   std::string state;          // "in use", "cached", "free", "released" (a window hole, block_id -1)
   uint64_t hash = 0;          // chained block hash, 0 if not registered in the prefix index
+  std::string tiers;          // where its KV is: "pool", plus each lower tier holding a copy ("pool+host+disk")
+  std::string loaded_from;    // the tier it was loaded from at admission ("" when computed or hit in the pool)
   std::vector<float> k_head0; // layer 0, kv head 0, the block's first slot: first values of K
 };
 struct SequenceDump {
@@ -145,6 +150,21 @@ class Engine {
   static Result<std::unique_ptr<Engine>> create(std::shared_ptr<const model::LlamaModel> model,
                                                 const EngineConfig& config, const Clock& clock,
                                                 const Logger& logger);
+
+  ~Engine();
+
+  // Puts `tiers` (fastest first) below the pool: evicted blocks are written down (or every
+  // committed block, write-through) and admissions load prefixes from them (kvcache/tier_stack.h).
+  // Once, before any request. Fails with more than kvcache::kMaxTiers or a windowed engine.
+  // write_through[i]: tier i also gets every committed block at once (empty: none does).
+  Status attach_tiers(std::vector<std::unique_ptr<kvcache::Tier>> tiers, kvcache::OffloadMode offload,
+                      LoadCostModel::Mode load_mode = LoadCostModel::Mode::kAuto,
+                      const std::vector<bool>& write_through = {});
+  kvcache::TierStack* tiers() { return tiers_.get(); }
+  const kvcache::TierStack* tiers() const { return tiers_.get(); }
+  LoadCostModel* load_cost() { return load_cost_.get(); }
+  // Evicts every cached block of the pool (written down to the tiers, write-back): benchmarks.
+  int64_t evict_cached_blocks() { return blocks_->evict_all_cached(); }
 
   Result<GenerateResult> generate(const GenerateRequest& request, const TokenCallback& on_token = nullptr);
 
@@ -202,7 +222,10 @@ class Engine {
   Status validate_request(const GenerateRequest& request) const;
   // Adopts the cached prefix (if enabled) and prefills the rest; logits_out gets the last row.
   Result<kvcache::SeqId> admit_and_prefill(const GenerateRequest& request, GenerateStats& stats, float* logits_out);
-  SequenceDump dump_sequence(kvcache::SeqId seq) const;
+  SequenceDump dump_sequence(kvcache::SeqId seq);
+  // Loads the whole blocks after the pool hit that the tiers hold (generate's blocking path:
+  // polls until the load is in). Returns the tokens loaded.
+  int64_t load_from_tiers(kvcache::SeqId seq, std::span<const int32_t> prompt, const kvcache::KvNamespace& ns);
   // Windows (engine_window.cpp). Sequences are uncacheable when either mode is on.
   bool streaming() const { return kv_window_ > 0; }
   bool frees_window_blocks() const { return !streaming() && model_window_ > 0 && config_.free_out_of_window; }
@@ -230,6 +253,13 @@ class Engine {
   std::unique_ptr<kvcache::BlockPool> pool_;
   std::unique_ptr<kvcache::BlockManager> blocks_;
   std::unique_ptr<model::ForwardPass> forward_;
+  std::unique_ptr<kvcache::TierStack> tiers_;   // below the pool (null: none); listens to blocks_
+  std::unique_ptr<LoadCostModel> load_cost_;
+  struct LoadedFrom {
+    int8_t tier = -1;                           // -1: not loaded
+    uint64_t hash = 0;                          // the block it was then (a reused block differs)
+  };
+  std::vector<LoadedFrom> loaded_from_;         // [num_blocks] where a block's KV was loaded from
   EngineConfig config_;
   uint64_t model_fingerprint_ = 0;
   uint64_t kv_format_key_ = 0;

@@ -36,6 +36,7 @@ Result<kvcache::SeqId> Engine::admit_and_prefill(const GenerateRequest& request,
   const kvcache::SeqId seq = blocks_->add_sequence(streaming() ? kv_tokens_needed(total) : total,
                                                    sequence_options(ns, request.priority));
   if (!hit.empty()) blocks_->adopt(seq, std::move(hit));
+  if (tiers_ != nullptr && config_.enable_prefix_caching) stats.loaded_tokens = load_from_tiers(seq, request.prompt, ns);
   stats.cached_tokens = blocks_->length(seq);
   for (int64_t begin = stats.cached_tokens; begin < n_prompt; begin += prefill_chunk()) {
     const int64_t n = std::min(prefill_chunk(), n_prompt - begin);
@@ -152,7 +153,7 @@ Result<ParallelResult> Engine::generate_parallel(const GenerateRequest& request,
   return out;
 }
 
-SequenceDump Engine::dump_sequence(kvcache::SeqId seq) const {
+SequenceDump Engine::dump_sequence(kvcache::SeqId seq) {
   SequenceDump dump;
   dump.length = blocks_->length(seq);
   const kernels::KvLayerView& layer0 = kv_views_[0];
@@ -176,6 +177,17 @@ SequenceDump Engine::dump_sequence(kvcache::SeqId seq) const {
       case kvcache::BlockState::kCached: d.state = "cached"; break;
     }
     if (blocks_->index().contains(b)) d.hash = blocks_->index().hash(b);
+    d.tiers = "pool";
+    if (tiers_ != nullptr) {
+      if (d.hash != 0) {
+        const uint32_t held = tiers_->holders_now(d.hash);
+        for (int t = 0; t < tiers_->num_tiers(); ++t) {
+          if ((held >> t) & 1u) d.tiers += "+" + std::string(tiers_->tier(t).name());
+        }
+      }
+      const LoadedFrom& from = loaded_from_[static_cast<size_t>(b)];
+      if (from.tier >= 0 && from.hash == d.hash) d.loaded_from = std::string(tiers_->tier(from.tier).name());
+    }
     std::vector<float> row(layer0.head_dim);  // a partial int4 K block is read from its stage
     kernels::kv_load_row_reference(layer0, /*is_k=*/true, b, /*row=*/0, /*kv_head=*/0, /*from_stage=*/true, row.data());
     d.k_head0.assign(row.begin(), row.begin() + std::min<int64_t>(4, layer0.head_dim));
@@ -196,6 +208,8 @@ std::string format_kv_dump(const SequenceDump& dump) {
       std::snprintf(line, sizeof(line), " %+.5f", v);
       out += line;
     }
+    if (!b.tiers.empty() && b.tiers != "pool") out += "  tiers " + b.tiers;
+    if (!b.loaded_from.empty()) out += "  loaded from " + b.loaded_from;
     out += "\n";
   }
   return out;

@@ -9,6 +9,7 @@ void StepPlan::clear() {
   scheduled.clear();
   preempted.clear();
   admitted.clear();
+  loaded.clear();
   refused.clear();
   num_tokens = 0;
   prefix_queried_tokens = prefix_hit_tokens = 0;
@@ -22,10 +23,21 @@ Scheduler::Scheduler(kvcache::BlockManager& blocks, const SchedulerOptions& opti
   plan_.scheduled.reserve(options_.max_num_seqs);
   plan_.preempted.reserve(options_.max_num_seqs);
   plan_.admitted.reserve(options_.max_num_seqs);
+  plan_.loaded.reserve(options_.max_num_seqs);
+  if (options_.tiers != nullptr) {
+    for (int t = 0; t < options_.tiers->num_tiers(); ++t) media_.push_back(options_.tiers->tier(t).medium());
+    CHECK_LE(options_.tiers->num_tiers(), kvcache::kMaxTiers);
+  }
 }
 
 Scheduler::~Scheduler() {
+  // Loads still in flight write into their blocks only from a tier's poll, which nobody calls
+  // from here on (the tiers drop reads when they are destroyed).
   for (SchedSequence* s : running_) blocks_.free_sequence(s->kv);
+  for (const Detached& d : detached_) blocks_.free_sequence(d.kv);
+  for (auto& [id, s] : seqs_) {
+    if (s.probe != 0) options_.tiers->drop_probe(s.probe);
+  }
 }
 
 void Scheduler::insert_ordered(std::vector<SchedSequence*>& list, SchedSequence* seq) {
@@ -63,7 +75,12 @@ SchedSequence& Scheduler::get(SchedSeqId id) {
 
 void Scheduler::remove(SchedSeqId id) {
   SchedSequence& s = get(id);
-  if (s.running()) {
+  if (s.probe != 0) options_.tiers->drop_probe(s.probe);
+  if (s.running() && s.loading()) {  // its gets still write into its blocks: free them later
+    detached_.push_back({s.kv, s.load});
+    erase_from(running_, &s);
+    running_slots_ -= s.slots;
+  } else if (s.running()) {
     blocks_.free_sequence(s.kv);
     erase_from(running_, &s);
     running_slots_ -= s.slots;
@@ -95,6 +112,7 @@ SchedSequence& Scheduler::fork(SchedSequence& parent, const SeqKey& key) {
 }
 
 void Scheduler::preempt(SchedSequence& seq) {
+  CHECK(!seq.loading()) << "a loading sequence is never a victim";
   blocks_.free_sequence(seq.kv);
   seq.kv = -1;
   seq.fed = 0;
@@ -125,6 +143,13 @@ bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& re
   int64_t limit = blocks_.num_available_blocks() - reserved_blocks;
   if (!running_.empty()) limit -= options_.watermark_blocks;  // alone, it may use the whole pool
   if (whole.num_new_blocks > limit) return false;  // `hit` unpins
+  int64_t n_load = 0;  // tokens to load from the tiers (whole blocks after the hit)
+  items_scratch_.clear();
+  if (options_.tiers != nullptr && options_.enable_prefix_caching && !w.on &&
+      !plan_load(seq, hit, items_scratch_, n_load)) {
+    waiting_for_tier_ = true;
+    return false;  // a tier has not answered yet: admission waits for it
+  }
   kvcache::SequenceOptions o;
   o.ns = seq.ns;
   o.priority = seq.key.priority;
@@ -137,8 +162,18 @@ bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& re
   }
   if (!hit.empty()) blocks_.adopt(seq.kv, std::move(hit));
   const int64_t computed = blocks_.length(seq.kv);
-  seq.admitted_cached = computed;
+  seq.admitted_cached = seq.admitted_pool = computed;
+  seq.admitted_tier.fill(0);
   ++seq.num_admissions;
+  if (n_load > 0) {  // scheduled once its blocks are in (poll_tiers)
+    seq.fed = computed;
+    erase_from(waiting_, &seq);
+    insert_ordered(running_, &seq);
+    running_slots_ += seq.slots;
+    plan_.admitted.push_back(&seq);
+    start_load(seq, computed, items_scratch_, n_load);
+    return true;
+  }
   int64_t n = std::min(n_tokens - computed, token_budget);
   if (w.max_chunk > 0) n = std::min(n, w.max_chunk);
   reserved_blocks += blocks_needed(seq, n);
@@ -153,19 +188,31 @@ bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& re
   return true;
 }
 
+SchedSequence* Scheduler::victim() {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if (!(*it)->loading()) return *it;
+  }
+  return nullptr;
+}
+
 const StepPlan& Scheduler::schedule() {
   plan_.clear();
+  if (options_.tiers != nullptr) poll_tiers();
   // Decodes first: each running sequence with one pending token gets its row; prefill chunks
   // share the rest. running slots <= max_num_seqs <= max_num_batched_tokens, so decodes fit.
   int64_t num_decodes = 0;
   for (const SchedSequence* s : running_) {
-    if (static_cast<int64_t>(s->tokens.size()) - s->fed == 1) ++num_decodes;
+    if (!s->loading() && static_cast<int64_t>(s->tokens.size()) - s->fed == 1) ++num_decodes;
   }
   int64_t prefill_budget = options_.max_num_batched_tokens - num_decodes;
   int64_t reserved = 0;  // blocks promised to sequences scheduled earlier in this step
   size_t i = 0;
   while (i < running_.size()) {
     SchedSequence* s = running_[i];
+    if (s->loading()) {  // holds its blocks; joins once they are in
+      ++i;
+      continue;
+    }
     const int64_t computed = s->fed;
     const int64_t pending = static_cast<int64_t>(s->tokens.size()) - computed;
     CHECK_GE(pending, 1) << "a running sequence with nothing to feed (the owner samples or removes it)";
@@ -178,9 +225,10 @@ const StepPlan& Scheduler::schedule() {
     const int64_t need = blocks_needed(*s, n);
     bool preempted_self = false;
     while (need > blocks_.num_available_blocks() - reserved) {
-      SchedSequence* victim = running_.back();  // lowest priority, latest; never one scheduled before i
-      preempted_self = victim == s;
-      preempt(*victim);
+      SchedSequence* v = victim();  // lowest priority, latest, not loading; never one scheduled before i
+      CHECK(v != nullptr);          // s itself is a candidate
+      preempted_self = v == s;
+      preempt(*v);
       if (preempted_self) break;
     }
     if (preempted_self) continue;  // it was the last one
@@ -196,8 +244,10 @@ const StepPlan& Scheduler::schedule() {
   while (!waiting_.empty() && token_budget > 0) {
     SchedSequence& w = *waiting_.front();
     if (running_slots_ + w.slots > options_.max_num_seqs) break;
+    waiting_for_tier_ = false;
     if (!try_admit(w, token_budget, reserved)) {
-      if (running_.empty()) plan_.refused.push_back(&w);  // the whole pool is not enough for it
+      // The whole pool is not enough for it (not: a tier has yet to answer its probe).
+      if (running_.empty() && !waiting_for_tier_ && num_loading() == 0) plan_.refused.push_back(&w);
       break;
     }
   }

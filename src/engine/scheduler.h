@@ -39,22 +39,38 @@
 // Invariants: sum of slots of running sequences <= max_num_seqs; every scheduled token's block
 // is accounted for before the step runs (Engine::step never runs out); a sequence that is the
 // only one running always fits (the owner clips a request to the pool at submit).
+//
+// Tiers (options.tiers, kvcache/tier_stack.h). Admission matches the pool first, then probes
+// the tiers for the whole blocks after the pool hit; the LoadCostModel decides how many of the
+// found blocks to load. Those are allocated at once (BlockManager::begin_load) and read by tier
+// gets; the sequence is *running* (it holds its blocks and slots) but *loading*: it is never
+// scheduled and never a preemption victim until its load is in. schedule() first polls the
+// stack (never waits) and finishes every completed load (BlockManager::finish_load: what did
+// not load or confirm is recomputed). A probe a tier answers later (a remote tier) holds
+// admission for that sequence until a later step. A loading sequence that is removed is
+// detached: its blocks are freed once its gets have completed.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "kvcache/block_manager.h"
+#include "kvcache/tier_stack.h"
 
 namespace pagoda::engine {
+
+class LoadCostModel;
 
 struct SchedulerOptions {
   int64_t max_num_seqs = 64;             // sequence slots held by running sequences
   int64_t max_num_batched_tokens = 512;  // tokens per step
   int64_t watermark_blocks = 0;          // kept free at admission
   bool enable_prefix_caching = true;
+  kvcache::TierStack* tiers = nullptr;   // lower tiers to load prefixes from (not owned)
+  LoadCostModel* load_cost = nullptr;    // load vs recompute (nullptr: always load)
   struct Windows {
     bool on = false;           // sequences drop or release blocks (uncacheable, never forked)
     int64_t stream_sinks = 0;  // StreamingLLM: cache holds at most stream_sinks + stream_window
@@ -87,9 +103,16 @@ struct SchedSequence {
   kvcache::KvNamespace ns;       // prefix-cache namespace (model, KV format, salt)
   kvcache::SeqId kv = -1;        // block-manager sequence while running, else -1
   int64_t fed = 0;               // tokens[0, fed) have KV computed (or scheduled) while running
-  int64_t admitted_cached = 0;   // tokens adopted from the prefix cache at the last admission
+  int64_t admitted_cached = 0;   // tokens adopted from the prefix cache (pool + tiers) at the last admission
+  int64_t admitted_pool = 0;     // of which from the pool
+  std::array<int64_t, kvcache::kMaxTiers> admitted_tier{};  // of which loaded from tier i
   int64_t num_admissions = 0;    // > 1: resumed after preemption
+  kvcache::ProbeId probe = 0;    // waiting: a probe of the tiers in flight (0: none)
+  int64_t probe_from = 0;        // the pool hit (blocks) the probe's chain starts after
+  kvcache::LoadId load = 0;      // running: its blocks are loading (0: not loading)
+  std::vector<kvcache::TierRun> load_runs;  // where the loading blocks come from (chain from admitted_pool)
   bool running() const { return kv >= 0; }
+  bool loading() const { return load != 0; }
 };
 
 struct ScheduledSeq {
@@ -102,7 +125,8 @@ struct ScheduledSeq {
 struct StepPlan {
   std::vector<ScheduledSeq> scheduled;     // in order; at most max_num_seqs
   std::vector<SchedSequence*> preempted;   // this step's victims (now waiting)
-  std::vector<SchedSequence*> admitted;    // admitted this step (also in scheduled)
+  std::vector<SchedSequence*> admitted;    // admitted this step (also in scheduled unless loading)
+  std::vector<SchedSequence*> loaded;      // whose load finished this step
   std::vector<SchedSequence*> refused;     // can never fit beside the pinned blocks: owner removes
   int64_t num_tokens = 0;
   // Prefix-cache lookups of this step's admissions.
@@ -132,6 +156,9 @@ class Scheduler {
 
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t num_loading() const;  // running sequences whose blocks load, and detached loads
+  // Tier loads, probes or puts in flight: the owner keeps stepping (polling) rather than sleeping.
+  bool tier_work_pending() const { return options_.tiers != nullptr && options_.tiers->has_pending_work(); }
   int64_t num_running_slots() const { return running_slots_; }
   bool empty() const { return seqs_.empty(); }
   const SchedulerOptions& options() const { return options_; }
@@ -141,6 +168,15 @@ class Scheduler {
   // New blocks a step feeding n tokens of a running sequence takes (after StreamingLLM drops).
   int64_t blocks_needed(const SchedSequence& seq, int64_t n) const;
   bool try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks);
+  // Tiers (scheduler_tiers.cpp).
+  void poll_tiers();
+  // After the pool hit: how many tokens to load from the tiers and from where; false while a
+  // probe is outstanding (admission waits).
+  bool plan_load(SchedSequence& seq, const kvcache::PrefixMatch& hit, std::vector<kvcache::LoadItem>& items,
+                 int64_t& n_load_tokens);
+  void start_load(SchedSequence& seq, int64_t cached, std::vector<kvcache::LoadItem>& items, int64_t n_load_tokens);
+  void finish_load(SchedSequence& seq, const kvcache::LoadResult& result);
+  SchedSequence* victim();  // the last running sequence that is not loading
   static void insert_ordered(std::vector<SchedSequence*>& list, SchedSequence* seq);
   static void erase_from(std::vector<SchedSequence*>& list, SchedSequence* seq);
 
@@ -152,6 +188,16 @@ class Scheduler {
   int64_t running_slots_ = 0;
   SchedSeqId next_id_ = 0;
   StepPlan plan_;
+  struct Detached {                      // a removed sequence whose blocks are still loading
+    kvcache::SeqId kv;
+    kvcache::LoadId load;
+  };
+  std::vector<Detached> detached_;
+  std::vector<kvcache::BlockHash> chain_scratch_;
+  std::vector<kvcache::LoadItem> items_scratch_;
+  std::vector<std::string_view> media_;   // [tiers] Tier::medium()
+  std::array<int64_t, kvcache::kMaxTiers> seen_load_bytes_{}, seen_load_ns_{};  // fed to the cost model
+  bool waiting_for_tier_ = false;         // the last try_admit waits for a probe
 };
 
 }  // namespace pagoda::engine

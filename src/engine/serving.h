@@ -41,6 +41,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -95,10 +96,19 @@ struct ChoiceEnd {
   std::string text;                      // held-back text released at the end (may be empty)
 };
 
+// Cached prompt tokens by where they came from: [0] the pool, [1 + i] tier i (loaded).
+struct TierTokens {
+  std::string_view tier;                 // "pool", Tier::name() (static for the built-in tiers)
+  int64_t tokens = 0;
+};
+
 struct RequestUsage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;         // all choices
-  int64_t cached_tokens = 0;             // prompt tokens whose KV came from the prefix cache
+  int64_t cached_tokens = 0;             // prompt tokens whose KV came from the prefix cache (pool + tiers)
+  // With tiers attached: cached_tokens by source, [num_cached_sources] entries used (0: no tiers).
+  std::array<TierTokens, kvcache::kMaxTiers + 1> cached_by_tier{};
+  int num_cached_sources = 0;
   double queue_s = 0;                    // submit -> first scheduled
   double ttft_s = 0;                     // submit -> first token
   double e2e_s = 0;                      // submit -> finish
@@ -130,6 +140,18 @@ struct Histogram {
   void observe(double value);
 };
 
+// One tier below the pool, for /metrics (`tier` label).
+struct TierMetrics {
+  std::string name;                      // Tier::name()
+  bool enabled = true;                   // false after a fault it cannot recover from
+  int64_t capacity_blocks = 0, used_blocks = 0;
+  int64_t hit_tokens = 0;                // prompt tokens loaded from it into the pool
+  int64_t bytes_read = 0, bytes_written = 0;
+  int64_t offloaded_blocks = 0, demoted_blocks = 0, evicted_blocks = 0;
+  int64_t failed_loads = 0, corrupt_records = 0, faults = 0;
+  kvcache::LatencyBuckets load_latency;  // per get
+};
+
 struct ServingMetrics {
   // Counters (monotonic).
   int64_t prompt_tokens = 0;             // prompt tokens of finished-or-running requests
@@ -150,6 +172,9 @@ struct ServingMetrics {
   int64_t pins = 0, kv_blocks_pinned = 0, pins_expired = 0;
   // Latencies in seconds.
   Histogram ttft, inter_token, e2e, queue;  // inter_token: per choice, between its tokens
+  // Tiers below the pool (empty: none), fastest first, and the load-vs-recompute decisions.
+  std::vector<TierMetrics> tiers;
+  int64_t tier_load_decisions = 0, tier_recompute_decisions = 0;
 };
 
 class ServingEngine {

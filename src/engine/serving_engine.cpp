@@ -20,13 +20,15 @@ void ServingEngine::with_block_manager(const std::function<void(kvcache::BlockMa
 
 namespace {
 
-SchedulerOptions scheduler_options(const Engine& engine, const ServingConfig& c) {
+SchedulerOptions scheduler_options(Engine& engine, const ServingConfig& c) {
   SchedulerOptions o;
   o.max_num_batched_tokens = c.max_num_batched_tokens;
   o.max_num_seqs = c.max_num_seqs;
   const int64_t num_blocks = engine.kv_plan().num_blocks;
   o.watermark_blocks = static_cast<int64_t>(c.kv_watermark * static_cast<double>(num_blocks) + 0.999999);
   o.enable_prefix_caching = engine.config().enable_prefix_caching;
+  o.tiers = engine.tiers();
+  o.load_cost = engine.load_cost();
   if (engine.windowed()) {
     o.windows.on = true;
     o.windows.stream_sinks = engine.stream_sinks();
@@ -88,6 +90,10 @@ ServingEngineImpl::ServingEngineImpl(std::unique_ptr<Engine> engine, std::shared
   index_scratch_.resize(n_vocab_);
   touched_.reserve(config_.max_num_seqs);
   loop_metrics_.kv_blocks_total = engine_->kv_plan().num_blocks;
+  if (const kvcache::TierStack* tiers = engine_->tiers()) {
+    loop_metrics_.tiers.resize(static_cast<size_t>(tiers->num_tiers()));
+    for (int t = 0; t < tiers->num_tiers(); ++t) loop_metrics_.tiers[static_cast<size_t>(t)].name = std::string(tiers->tier(t).name());
+  }
   publish_metrics();
 }
 
@@ -242,8 +248,7 @@ void ServingEngineImpl::check_integrity() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!started_ || !loop_.joinable() || std::this_thread::get_id() == loop_.get_id()) {
     lock.unlock();
-    engine_->block_manager().check_integrity();
-    pins_.check_integrity();
+    check_kv_integrity();
     return;
   }
   // Between two steps of the loop thread.
@@ -252,9 +257,14 @@ void ServingEngineImpl::check_integrity() {
   integrity_checked_.wait(lock, [&] { return integrity_done_ >= epoch || !loop_running_; });
   if (integrity_done_ < epoch) {  // the loop ended meanwhile
     lock.unlock();
-    engine_->block_manager().check_integrity();
-    pins_.check_integrity();
+    check_kv_integrity();
   }
+}
+
+void ServingEngineImpl::check_kv_integrity() {
+  engine_->block_manager().check_integrity();
+  pins_.check_integrity();
+  if (const kvcache::TierStack* tiers = engine_->tiers()) tiers->check_integrity();
 }
 
 void ServingEngineImpl::run_integrity_checks() {
@@ -264,8 +274,7 @@ void ServingEngineImpl::run_integrity_checks() {
     requested = integrity_requests_;
     if (requested == integrity_done_) return;
   }
-  engine_->block_manager().check_integrity();
-  pins_.check_integrity();
+  check_kv_integrity();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     integrity_done_ = requested;
@@ -280,6 +289,30 @@ void ServingEngineImpl::publish_metrics() {
   m.kv_blocks_in_use = bm.pool().num_in_use();
   m.kv_blocks_cached = bm.pool().num_cached();
   m.kv_blocks_free = bm.pool().num_free();
+  if (const kvcache::TierStack* tiers = engine_->tiers()) {
+    const int64_t bs = engine_->kv_layout().block_size;
+    for (int t = 0; t < tiers->num_tiers(); ++t) {
+      const kvcache::TierStats st = tiers->tier(t).stats();
+      const kvcache::TierCounters& c = tiers->counters(t);
+      TierMetrics& tm = m.tiers[static_cast<size_t>(t)];
+      tm.enabled = tiers->tier(t).enabled();
+      tm.capacity_blocks = st.capacity_blocks;
+      tm.used_blocks = st.used_blocks;
+      tm.hit_tokens = c.loaded_blocks * bs;
+      tm.bytes_read = st.bytes_read;
+      tm.bytes_written = st.bytes_written;
+      tm.offloaded_blocks = c.offloaded_blocks;
+      tm.demoted_blocks = c.demoted_blocks;
+      tm.evicted_blocks = st.evictions;
+      tm.failed_loads = c.failed_loads;
+      tm.corrupt_records = st.corrupt_records;
+      tm.faults = st.faults;
+      tm.load_latency = c.load_latency;
+    }
+    const LoadDecisionStats& d = engine_->load_cost()->stats();
+    m.tier_load_decisions = d.load;
+    m.tier_recompute_decisions = d.recompute;
+  }
   m.pins = pins_.num_pins();
   m.kv_blocks_pinned = pins_.num_pinned_blocks();
   m.pins_expired = pins_.num_expired();

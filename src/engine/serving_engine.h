@@ -131,9 +131,11 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector, pub
   void end_choice(Request& r, Choice& c, FinishReason reason);
   void finish_request(Request& r, const Status& status);  // delivers; erases r
   void deliver(Request& r);
+  void set_cached_usage(Request& r, const SchedSequence& s);  // cached_tokens (+ per tier)
   void fork_choices(Request& r);
   void publish_metrics();
   void run_integrity_checks();  // on the loop thread, between steps
+  void check_kv_integrity();    // the block manager's and the tier stack's
   // Runs fn on the loop thread between two steps and waits for it (directly when no loop runs).
   void run_on_loop(const std::function<void()>& fn);
   void run_loop_tasks();        // on the loop thread, between steps

@@ -1,10 +1,26 @@
 // ServingEngine's step: inbox -> schedule -> one forward pass -> sample -> deliver (the steps
 // are listed at the top of engine/serving_engine.h).
 #include <algorithm>
+#include <thread>
 
 #include "engine/serving_engine.h"
 
 namespace pagoda::engine {
+
+namespace {
+constexpr int64_t kMinPrefillSample = 64;  // steps of fewer tokens say little about prefill speed
+}  // namespace
+
+void ServingEngineImpl::set_cached_usage(Request& r, const SchedSequence& s) {
+  r.usage.cached_tokens = s.admitted_cached;
+  const kvcache::TierStack* tiers = engine_->tiers();
+  if (tiers == nullptr) return;
+  r.usage.num_cached_sources = 1 + tiers->num_tiers();
+  r.usage.cached_by_tier[0] = {"pool", s.admitted_pool};
+  for (int t = 0; t < tiers->num_tiers(); ++t) {
+    r.usage.cached_by_tier[static_cast<size_t>(t) + 1] = {tiers->tier(t).name(), s.admitted_tier[static_cast<size_t>(t)]};
+  }
+}
 
 void ServingEngineImpl::drain_inbox(bool* abort_all) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -158,7 +174,7 @@ bool ServingEngineImpl::step_locked_out() {
     while (!requests_.empty()) finish_request(*requests_.begin()->second, Status::unavailable("the server is shutting down"));
   }
   expire_pins();
-  if (requests_.empty()) {
+  if (requests_.empty() && !scheduler_.tier_work_pending()) {
     publish_metrics();
     return worked;
   }
@@ -177,20 +193,30 @@ bool ServingEngineImpl::step_locked_out() {
     if (r.scheduled_once) continue;
     r.scheduled_once = true;
     r.usage.queue_s = static_cast<double>(now - r.submit_ns) * 1e-9;
-    r.usage.cached_tokens = s->admitted_cached;
+    set_cached_usage(r, *s);
     loop_metrics_.queue.observe(r.usage.queue_s);
     loop_metrics_.prompt_tokens += r.usage.prompt_tokens;
   }
-  if (plan.scheduled.empty()) {  // only after a preemption or a refusal (the scheduler progresses)
+  for (const SchedSequence* s : plan.loaded) {  // a first admission's load is in: the final count
+    auto owner = owners_.find(s->id);
+    if (owner != owners_.end() && s->num_admissions == 1) set_cached_usage(*owner->second.request, *s);
+  }
+  if (plan.scheduled.empty()) {  // after a preemption or a refusal, or while admitted sequences load
     publish_metrics();
-    return worked || !plan.preempted.empty() || !plan.refused.empty();
+    if (scheduler_.tier_work_pending()) std::this_thread::yield();
+    return worked || !plan.preempted.empty() || !plan.refused.empty() || scheduler_.tier_work_pending() ||
+           !plan.loaded.empty();
   }
 
   step_seqs_.clear();
   for (const ScheduledSeq& e : plan.scheduled) {
     step_seqs_.push_back({e.seq->kv, std::span<const int32_t>(e.seq->tokens).subspan(e.begin, e.n_tokens), e.completes()});
   }
+  const int64_t step_start = clock_->now_ns();
   const Status status = engine_->step(step_seqs_, /*all_rows=*/false, logits_.data());
+  if (status.is_ok() && engine_->load_cost() != nullptr && plan.num_tokens >= kMinPrefillSample) {
+    engine_->load_cost()->observe_prefill(plan.num_tokens, clock_->now_ns() - step_start);
+  }
   if (!status.is_ok()) {  // a broken promise of the scheduler: fail what was in the step
     std::vector<RequestId> failed;
     for (const ScheduledSeq& e : plan.scheduled) failed.push_back(owners_.at(e.seq->id).request->id);

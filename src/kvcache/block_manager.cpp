@@ -182,6 +182,7 @@ void BlockManager::free_sequence(SeqId seq) {
 SeqId BlockManager::fork(SeqId seq) {
   const Table& src = table(seq);
   CHECK(src.cacheable) << "fork of sequence " << seq << ", which is not cacheable (windowed)";
+  CHECK(!src.loading) << "fork of sequence " << seq << " while its blocks load";
   const SeqId id = next_seq_id_++;
   Table& t = tables_[id];  // unordered_map: `src` stays valid
   t.blocks.reserve(src.blocks.capacity());
@@ -202,6 +203,7 @@ SeqId BlockManager::fork(SeqId seq) {
 
 void BlockManager::truncate(SeqId seq, int64_t new_length) {
   Table& t = table(seq);
+  CHECK(!t.loading) << "truncate of sequence " << seq << " while its blocks load";
   CHECK(new_length >= 0 && new_length <= t.length) << "truncate to " << new_length << " of " << t.length;
   const int64_t bs = pool_.layout().block_size;
   const size_t keep = static_cast<size_t>((new_length + bs - 1) / bs);
@@ -278,6 +280,7 @@ bool BlockManager::append(SeqId seq, int64_t n_new, std::span<int64_t> slots_out
 bool BlockManager::append_tokens(Table& t, int64_t n_new, const int32_t* tokens, std::span<int64_t> slots_out,
                                  std::vector<BlockCopy>* copies_out) {
   CHECK_GE(n_new, 0);
+  CHECK(!t.loading) << "append to a sequence whose blocks load";
   CHECK_GE(static_cast<int64_t>(slots_out.size()), n_new);
   const KvPlan p = plan_table(t, n_new);
   if (!p.fits()) return false;
@@ -314,7 +317,12 @@ bool BlockManager::append_tokens(Table& t, int64_t n_new, const int32_t* tokens,
 
 void BlockManager::commit(SeqId seq) {
   Table& t = table(seq);
+  CHECK(!t.loading) << "commit of sequence " << seq << " while its blocks load";
   t.num_computed = t.length;
+  register_blocks(t);
+}
+
+void BlockManager::register_blocks(Table& t) {
   if (!t.tokens_known || !t.cacheable) return;
   const int64_t bs = pool_.layout().block_size;
   const std::span<const int32_t> all_tokens(t.tokens);
@@ -421,6 +429,17 @@ void BlockManager::check_integrity() const {
       CHECK(index_.ns(b) == t.ns) << "sequence " << id << " holds block " << b << " of another namespace";
     }
     CHECK(t.cacheable || t.block_hashes.empty()) << "sequence " << id << " is not cacheable but registered";
+    if (t.loading) {  // blocks [num_computed / B, length / B): fresh, private, unregistered
+      CHECK(t.cacheable && t.tokens_known && t.num_computed % bs == 0 && t.length % bs == 0 && t.length > t.num_computed)
+          << "sequence " << id << " loading";
+      CHECK_EQ(static_cast<int64_t>(t.block_hashes.size()), t.num_computed / bs) << "sequence " << id;
+      for (int64_t j = t.num_computed / bs; j < t.length / bs; ++j) {
+        const int32_t b = t.blocks[static_cast<size_t>(j)];
+        CHECK(b >= 0 && pool_.state(b) == BlockState::kInUse && pool_.ref_count(b) == 1 && !index_.contains(b) &&
+              pins_[b] == 0)
+            << "sequence " << id << " loading block " << b;
+      }
+    }
     for (size_t i = 0; i < t.blocks.size(); ++i) {
       const int32_t b = t.blocks[i];
       if (b < 0) {

@@ -27,6 +27,19 @@
 //   bm.truncate(s, n)       // drop tokens from the end (e.g. rejected draft tokens)
 //   bm.free_sequence(s)     // releases tail first: committed blocks become cached
 //
+// Loading from tiers (kvcache/tier_stack.h; block_manager_load.cpp). After adopt, blocks
+// found in a lower tier are loaded into fresh pool blocks:
+//     bm.begin_load(s, T)     // T: the next whole blocks of the prompt; allocates them (evicting
+//                             // as append does); length += |T|, num_computed unchanged: the
+//                             // blocks are *loading* (in use, ref 1, unregistered, unreadable)
+//     ... tier gets write the blocks' KV (BlockPool::block_segments) ...
+//     bm.finish_load(s, n_ok, record_tokens)  // the first n_ok blocks hold verified KV whose
+//                             // records carry record_tokens: each is confirmed against T,
+//                             // registered like commit; from the first unconfirmed block on,
+//                             // blocks are released (truncate): the engine recomputes them
+// A loading sequence takes no append, commit, fork or truncate until finish_load; it may be
+// freed (free_sequence) only once no get writes into its blocks any more.
+//
 // Windows (sliding-window models, StreamingLLM). A sequence added with cacheable = false is
 // never registered in the prefix index (commit records nothing), is never forked, and never
 // adopts a match. Only such a sequence may
@@ -172,6 +185,17 @@ class BlockManager {
   SeqId fork(SeqId seq);
   // Drops tokens from the end (keeps the first new_length), releasing emptied blocks tail first.
   void truncate(SeqId seq, int64_t new_length);
+  // Loading (see the top). begin_load preconditions: seq cacheable, tokens known, not loading,
+  // num_computed == length, length and |tokens| whole blocks. Returns false, changing nothing,
+  // when the blocks do not fit. finish_load returns the blocks registered (<= n_ok).
+  bool begin_load(SeqId seq, std::span<const int32_t> tokens);
+  int64_t finish_load(SeqId seq, int64_t n_ok, std::span<const int32_t> record_tokens);
+  bool loading(SeqId seq) const { return table(seq).loading; }
+  // Evicts every evictable cached block now (listeners see each eviction: write-back moves
+  // them down). Benchmarks and tests use it to empty the pool. Returns the blocks evicted.
+  int64_t evict_all_cached();
+  // The pool blocks of seq being loaded (valid until finish_load).
+  std::span<const int32_t> loading_blocks(SeqId seq) const;
   // Windows (see the top). Preconditions: seq not cacheable, j below the last block, block j
   // not a hole, and held by this table only (ref 1).
   void release_block(SeqId seq, int64_t j);
@@ -219,6 +243,7 @@ class BlockManager {
     int32_t priority = 0;
     bool tokens_known = true;             // false after a compatibility append
     bool cacheable = true;                // SequenceOptions::cacheable
+    bool loading = false;                 // blocks [num_computed / B, length / B) are loading
   };
   const Table& table(SeqId seq) const;
   Table& table(SeqId seq);
@@ -233,6 +258,8 @@ class BlockManager {
   void pin(int32_t block);
   void unpin(int32_t block);
   void update_evictable(int32_t block);
+  // Registers full blocks [block_hashes.size(), num_computed / B) of t (commit's work).
+  void register_blocks(Table& t);
   uint64_t tick() { return clock_->tick(); }
 
   BlockPool& pool_;

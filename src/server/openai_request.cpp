@@ -182,7 +182,8 @@ void read_common(FieldReader& r, const RequestLimits& limits, ApiRequest& req) {
     r.fail("tools", "tool calls are not supported");
   }
   if (const json* format = r.get("response_format")) {
-    if (!format->is_object() || format->value("type", std::string()) != "text") {
+    const json* type = format->is_object() && format->contains("type") ? &(*format)["type"] : nullptr;
+    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {  // any JSON type may come
       r.fail("response_format", "only {\"type\": \"text\"} is supported");
     }
   }

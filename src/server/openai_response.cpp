@@ -14,10 +14,19 @@ const char* finish_reason_text(engine::FinishReason reason) {
 }
 
 json usage_json(const engine::RequestUsage& usage) {
+  json details = {{"cached_tokens", usage.cached_tokens}};
+  if (usage.num_cached_sources > 0) {  // extension: where the cached tokens came from
+    json by_tier = json::object();
+    for (int i = 0; i < usage.num_cached_sources; ++i) {
+      const engine::TierTokens& t = usage.cached_by_tier[static_cast<size_t>(i)];
+      by_tier[std::string(t.tier)] = t.tokens;
+    }
+    details["cached_tokens_by_tier"] = std::move(by_tier);
+  }
   return {{"prompt_tokens", usage.prompt_tokens},
           {"completion_tokens", usage.completion_tokens},
           {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+          {"prompt_tokens_details", std::move(details)}};
 }
 
 ResponseBuilder::ResponseBuilder(ResponseMeta meta, int num_choices, const model::Tokenizer& tokenizer)

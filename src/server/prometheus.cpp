@@ -26,6 +26,64 @@ void histogram(std::string& out, const char* name, const char* help, const engin
   http::prometheus_histogram(out, name, help, engine::Histogram::kBounds, h.buckets, h.sum, h.count);
 }
 
+// One series per tier: name{tier="host"} value.
+template <typename F>
+void per_tier(std::string& out, const char* name, const char* type, const char* help,
+              const std::vector<engine::TierMetrics>& tiers, F value) {
+  header(out, name, type, help);
+  for (const engine::TierMetrics& t : tiers) {
+    sample(out, std::string(name) + "{tier=\"" + http::prometheus_label(t.name) + "\"}", static_cast<double>(value(t)));
+  }
+}
+
+void tier_metrics(std::string& out, const engine::ServingMetrics& m) {
+  const auto& t = m.tiers;
+  using T = engine::TierMetrics;
+  per_tier(out, "pagoda_kv_tier_enabled", "gauge", "1 while the tier serves, 0 after a fault disabled it.", t,
+           [](const T& x) { return x.enabled ? 1 : 0; });
+  per_tier(out, "pagoda_kv_tier_blocks", "gauge", "KV blocks held by the tier.", t, [](const T& x) { return x.used_blocks; });
+  per_tier(out, "pagoda_kv_tier_blocks_capacity", "gauge", "KV blocks the tier can hold.", t,
+           [](const T& x) { return x.capacity_blocks; });
+  per_tier(out, "pagoda_kv_tier_hit_tokens_total", "counter", "Prompt tokens loaded from the tier into the pool.", t,
+           [](const T& x) { return x.hit_tokens; });
+  per_tier(out, "pagoda_kv_tier_read_bytes_total", "counter", "Bytes read from the tier.", t,
+           [](const T& x) { return x.bytes_read; });
+  per_tier(out, "pagoda_kv_tier_written_bytes_total", "counter", "Bytes written to the tier.", t,
+           [](const T& x) { return x.bytes_written; });
+  per_tier(out, "pagoda_kv_tier_offloaded_blocks_total", "counter", "Blocks put into the tier from the pool.", t,
+           [](const T& x) { return x.offloaded_blocks; });
+  per_tier(out, "pagoda_kv_tier_demoted_blocks_total", "counter", "Blocks put into the tier by the tier above it.", t,
+           [](const T& x) { return x.demoted_blocks; });
+  per_tier(out, "pagoda_kv_tier_evicted_blocks_total", "counter", "Blocks the tier evicted to make room.", t,
+           [](const T& x) { return x.evicted_blocks; });
+  per_tier(out, "pagoda_kv_tier_failed_loads_total", "counter", "Loads that stopped at a block of the tier (miss, corrupt record, I/O error); the rest was recomputed.", t,
+           [](const T& x) { return x.failed_loads; });
+  per_tier(out, "pagoda_kv_tier_corrupt_records_total", "counter", "Records that failed verification and were dropped, never used.", t,
+           [](const T& x) { return x.corrupt_records; });
+  per_tier(out, "pagoda_kv_tier_faults_total", "counter", "I/O or connection errors of the tier.", t,
+           [](const T& x) { return x.faults; });
+  const char* lat = "pagoda_kv_tier_load_latency_seconds";
+  header(out, lat, "histogram", "Latency of reads from the tier into the pool.");
+  const auto& bounds = kvcache::LatencyBuckets::kBounds;
+  for (const engine::TierMetrics& x : t) {
+    const std::string label = "tier=\"" + http::prometheus_label(x.name) + "\"";
+    int64_t cumulative = 0;
+    for (size_t i = 0; i < bounds.size(); ++i) {
+      cumulative += x.load_latency.buckets[i];
+      sample(out, std::string(lat) + "_bucket{" + label + ",le=\"" + http::prometheus_number(bounds[i]) + "\"}",
+             static_cast<double>(cumulative));
+    }
+    cumulative += x.load_latency.buckets.back();
+    sample(out, std::string(lat) + "_bucket{" + label + ",le=\"+Inf\"}", static_cast<double>(cumulative));
+    sample(out, std::string(lat) + "_sum{" + label + "}", x.load_latency.sum);
+    sample(out, std::string(lat) + "_count{" + label + "}", static_cast<double>(x.load_latency.count));
+  }
+  header(out, "pagoda_kv_tier_load_decisions_total", "counter",
+         "Admissions with blocks in a tier, by the cost model's choice: load them, or recompute (some of) them.");
+  sample(out, "pagoda_kv_tier_load_decisions_total{decision=\"load\"}", static_cast<double>(m.tier_load_decisions));
+  sample(out, "pagoda_kv_tier_load_decisions_total{decision=\"recompute\"}", static_cast<double>(m.tier_recompute_decisions));
+}
+
 }  // namespace
 
 std::string prometheus_text(const engine::ServingMetrics& m) {
@@ -61,6 +119,7 @@ std::string prometheus_text(const engine::ServingMetrics& m) {
   counter(out, "pagoda_kv_pins_expired_total", "Pins dropped when their ttl ran out.", m.pins_expired);
   gauge(out, "pagoda_kv_usage_ratio", "Fraction of KV blocks in use.",
         m.kv_blocks_total > 0 ? static_cast<double>(m.kv_blocks_in_use) / static_cast<double>(m.kv_blocks_total) : 0.0);
+  if (!m.tiers.empty()) tier_metrics(out, m);
   return out;
 }
 

@@ -87,6 +87,11 @@ void RequestStream::on_finish(const Status& status, const engine::RequestUsage& 
     usage_.prompt_tokens += usage.prompt_tokens;
     usage_.completion_tokens += usage.completion_tokens;
     usage_.cached_tokens += usage.cached_tokens;
+    usage_.num_cached_sources = std::max(usage_.num_cached_sources, usage.num_cached_sources);
+    for (int i = 0; i < usage.num_cached_sources; ++i) {
+      usage_.cached_by_tier[static_cast<size_t>(i)].tier = usage.cached_by_tier[static_cast<size_t>(i)].tier;
+      usage_.cached_by_tier[static_cast<size_t>(i)].tokens += usage.cached_by_tier[static_cast<size_t>(i)].tokens;
+    }
     usage_.preemptions += usage.preemptions;
     usage_.queue_s = std::max(usage_.queue_s, usage.queue_s);
     usage_.ttft_s = std::max(usage_.ttft_s, usage.ttft_s);

@@ -21,7 +21,8 @@
 //
 // Transports: chosen by UCX from its environment (ucp_config_read) and UcxAgentConfig's
 // ucx_options on top: UCX_TLS=tcp,self UCX_NET_DEVICES=lo (gets emulated over active messages), or
-// UCX_TLS=sm,self (cma: process_vm_readv, needs ptrace rights; posix/sysv: shared /dev/shm).
+// UCX_TLS=sm,self,tcp (the sockaddr listener's connection manager is tcp; UCX 1.13 keeps the
+// gets of such an endpoint on tcp too). cma needs ptrace rights, posix/sysv a shared /dev/shm.
 #pragma once
 
 #include <cstdint>

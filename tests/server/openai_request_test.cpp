@@ -146,6 +146,9 @@ TEST(OpenAiRequest, UnsupportedFeaturesAreErrorsNotSilence) {
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})", true), "tools");
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", true),
             "response_format");
+  // Found by fuzz/openai_request: a non-string "type" threw out of the parser.
+  EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": 1e308}})", true),
+            "response_format");
 }
 
 TEST(OpenAiRequest, ChoiceAndTokenBudgets) {

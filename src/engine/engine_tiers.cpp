@@ -1,0 +1,51 @@
+// Engine: loading a prompt's prefix from the lower tiers on generate's blocking path (the
+// serving loop does the same without waiting: engine/scheduler_tiers.cpp).
+#include <sched.h>
+
+#include "engine/engine.h"
+
+namespace pagoda::engine {
+
+int64_t Engine::load_from_tiers(kvcache::SeqId seq, std::span<const int32_t> prompt, const kvcache::KvNamespace& ns) {
+  const int64_t bs = pool_->layout().block_size;
+  const int64_t cached = blocks_->length(seq);
+  const int64_t max_blocks = (static_cast<int64_t>(prompt.size()) - 1) / bs;
+  if (cached / bs >= max_blocks) return 0;
+  const kvcache::BlockHash parent =
+      cached > 0 ? blocks_->index().hash(blocks_->block_table(seq)[static_cast<size_t>(cached / bs - 1)])
+                 : kvcache::kRootBlockHash;
+  const std::span<const int32_t> rest = prompt.subspan(static_cast<size_t>(cached), static_cast<size_t>(max_blocks * bs - cached));
+  std::vector<kvcache::BlockHash> chain;
+  kvcache::chain_hashes(blocks_->hash_fn(), parent, rest, bs, ns.key(), chain);
+  const kvcache::ProbeId probe = tiers_->probe(chain);
+  std::optional<std::vector<kvcache::TierRun>> runs;
+  while (!(runs = tiers_->take_probe(probe))) {  // one request at a time: waiting is the point here
+    sched_yield();
+    tiers_->poll();
+  }
+  std::vector<std::string_view> media;
+  for (int t = 0; t < tiers_->num_tiers(); ++t) media.push_back(tiers_->tier(t).medium());
+  const int64_t n_load = load_cost_->decide(*runs, media, pool_->layout().bytes_per_block(), bs);
+  if (n_load == 0 || !blocks_->begin_load(seq, rest.first(static_cast<size_t>(n_load * bs)))) return 0;
+  const std::span<const int32_t> pool_blocks = blocks_->loading_blocks(seq);
+  std::vector<kvcache::LoadItem> items;
+  for (const kvcache::TierRun& r : *runs) {
+    for (int64_t k = r.begin; k < r.begin + r.count && static_cast<int64_t>(items.size()) < n_load; ++k) {
+      items.push_back({pool_blocks[items.size()], chain[static_cast<size_t>(k)], r.tier});
+    }
+  }
+  const kvcache::LoadId load = tiers_->load(ns, items);
+  std::optional<kvcache::LoadResult> result;
+  while (!(result = tiers_->take_load(load))) {
+    sched_yield();
+    tiers_->poll();
+  }
+  const int64_t confirmed = blocks_->finish_load(seq, result->num_ok, result->tokens);
+  for (int64_t i = 0; i < confirmed; ++i) {
+    const kvcache::LoadItem& item = items[static_cast<size_t>(i)];
+    loaded_from_[static_cast<size_t>(item.block)] = LoadedFrom{static_cast<int8_t>(item.tier), item.hash};
+  }
+  return confirmed * bs;
+}
+
+}  // namespace pagoda::engine
