@@ -196,6 +196,10 @@ class BlockManager {
   int64_t evict_all_cached();
   // The pool blocks of seq being loaded (valid until finish_load).
   std::span<const int32_t> loading_blocks(SeqId seq) const;
+  // Swap preemption (engine/scheduler.h): every committed full block of seq, root first, as
+  // the listeners see them (tokens point into seq's table: valid until it changes). Empty for
+  // a sequence that is loading, uncacheable or whose tokens are unknown.
+  void committed_blocks(SeqId seq, std::vector<BlockInfo>& out) const;
   // Windows (see the top). Preconditions: seq not cacheable, j below the last block, block j
   // not a hole, and held by this table only (ref 1).
   void release_block(SeqId seq, int64_t j);
