@@ -1,6 +1,6 @@
 // `pagoda serve --preemption swap` as a process: one request of 4 seeded choices over a pool of
 // 10 blocks (200K) cannot keep every choice's blocks at once, so choices are preempted; with swap
-// their blocks go into the host tier (--kv-host-mem) and come back from it (the swap counters
+// (n x max_tokens = 144 fits the server's per-request cap of 160 tokens) their blocks go into the host tier (--kv-host-mem) and come back from it (the swap counters
 // in /metrics), and the choices' texts equal those of a recompute server and of one whose pool
 // holds everything (no preemption). Without a host tier, swap is a logged fallback to recompute.
 #include <cstdio>
@@ -42,7 +42,7 @@ Served serve_once(const std::string& flags) {
   EXPECT_GT(port, 0) << serve.err();
   if (port <= 0) return out;
   const json body = {{"prompt", "Once upon a time, there was a little girl"},
-                     {"max_tokens", 60}, {"ignore_eos", true}, {"n", 4}, {"temperature", 0.9}, {"seed", 7}};
+                     {"max_tokens", 36}, {"ignore_eos", true}, {"n", 4}, {"temperature", 0.9}, {"seed", 7}};
   const json reply = post(port, body);
   EXPECT_TRUE(reply.contains("choices")) << reply.dump() << serve.err();
   if (reply.contains("choices")) {
