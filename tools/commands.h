@@ -34,6 +34,7 @@ struct EngineOptions {
   std::string kv_disk_dir, kv_disk_mem;  // both or neither
   std::string kv_offload = "write-back";
   std::string kv_load = "auto";          // auto | load | recompute
+  std::string preemption = "recompute";  // recompute | swap (the serving loop; engine/scheduler.h)
 };
 
 void add_engine_options(CLI::App& app, EngineOptions& options);

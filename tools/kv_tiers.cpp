@@ -23,6 +23,11 @@ void add_tier_options(CLI::App& app, EngineOptions& o) {
                  "auto: load a prefix from a tier when the cost model says it beats recomputing; load: always; "
                  "recompute: never")
       ->check(CLI::IsMember({"auto", "load", "recompute"}));
+  // Swap preemption (the serving loop's; `run` serves one request at a time and never preempts).
+  app.add_option("--preemption", o.preemption,
+                 "a request preempted for lack of KV blocks: recompute its KV later, or swap its blocks into the host "
+                 "tier (--kv-host-mem) and load them back")
+      ->check(CLI::IsMember({"recompute", "swap"}));
 }
 
 Status attach_kv_tiers(const EngineOptions& o, engine::Engine& eng, const Clock& clock, const Logger& logger) {

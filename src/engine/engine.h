@@ -211,6 +211,7 @@ class Engine {
   int64_t max_batch_tokens() const { return max_batch_tokens_; }
   const EngineConfig& config() const { return config_; }
   const Clock& clock() const { return *clock_; }
+  const Logger& logger() const { return *logger_; }
   // Sequences drop or release blocks (StreamingLLM, sliding-window models).
   bool windowed() const { return windowed_seqs(); }
   // For a scheduler of windowed sequences (SchedulerOptions::Windows): StreamingLLM's sinks and
