@@ -252,6 +252,9 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   serving_config.max_num_batched_tokens = o.max_num_batched_tokens;
   serving_config.max_waiting = o.max_waiting;
   serving_config.max_pinned_share = o.max_pinned_share;
+  if (const store::RedisTier* remote = find_kv_remote_tier(eng)) {  // --kv-remote (tools/kv_remote.h)
+    config.extra_metrics = [remote](std::string& out) { append_kv_remote_metrics(*remote, out); };
+  }
   const std::string eng_description = describe_model(eng);
   auto serving = engine::ServingEngine::create(std::move(loaded->engine), tokenizer, serving_config);
   if (!serving.is_ok()) return fail(serving.status());
