@@ -3,7 +3,8 @@
 // that only instance A has seen with cached_tokens >= 900 from the remote tier and A's greedy
 // output (one Redis server, and a 3-node Redis Cluster); Redis killed between requests, or
 // never there, fails no request: a counter moves, the output equals cold, and the tier comes
-// back once a health probe reaches the restarted server. /metrics passes promtool.
+// back once a health probe reaches the restarted server; `pagoda run` shares the pool too.
+// /metrics passes promtool.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -149,8 +150,28 @@ TEST(ServeRemote, NoRedisAtStartIsAWarningAndRequestsRecompute) {
   EXPECT_EQ(cached(r), 0) << r;
   EXPECT_EQ(r["choices"][0]["finish_reason"], "length") << r;
   EXPECT_EQ(s.remote("up"), 0) << s.metrics();
-  EXPECT_GE(s.remote("errors_total") + s.remote("items_while_down_total"), 1) << s.metrics();
+  EXPECT_GE(s.remote("probe_failures_total"), 1) << s.metrics();  // the start-up probe
+  EXPECT_EQ(s.metric("pagoda_kv_tier_enabled{tier=\"remote\"}"), 0) << s.metrics();
   EXPECT_EQ(s.terminate(), 0) << s.err();
+}
+
+// `pagoda run --kv-remote`: the next process finds the prompt the first one computed, and
+// generates the same tokens. (Queued writes at exit: RedisTier.PutsQueuedAtDestructionAreStillSent.)
+TEST(ServeRemote, PagodaRunLeavesItsBlocksForTheNextRun) {
+  auto redis = RedisServer::start();
+  ASSERT_NE(redis, nullptr);
+  std::string prompt;
+  for (int i = 0; i < 20; ++i) prompt += "Once upon a time there was a little girl named Lily who liked to play in the park ";
+  const std::string cmd = std::string(PAGODA_BIN_DIR) + "/pagoda run -m " + stories_dir() + "/stories260K.gguf -p '" +
+                          prompt + "' -n 2 --temp 0 --json --kv-remote " + redis->url() + " 2>/dev/null";
+  const ShellRun first = run_shell(cmd);
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  const ShellRun second = run_shell(cmd);
+  ASSERT_EQ(second.exit_code, 0) << second.out;
+  const json a = json::parse(first.out), b = json::parse(second.out);
+  EXPECT_EQ(a["stats"]["cached_tokens"], 0);
+  EXPECT_GE(b["stats"]["cached_tokens"].get<int64_t>(), 480) << b["stats"];  // 501 tokens: 31 whole blocks
+  EXPECT_EQ(a["token_ids"], b["token_ids"]);
 }
 
 TEST(ServeRemote, BadRemoteFlagsAreStartUpErrors) {
@@ -161,7 +182,7 @@ TEST(ServeRemote, BadRemoteFlagsAreStartUpErrors) {
     RemoteServe s(flags);
     EXPECT_EQ(s.port_, -1);
     EXPECT_NE(s.terminate(), 0);
-    EXPECT_NE(s.err().find("rror"), std::string::npos) << s.err();
+    EXPECT_NE(s.err().find("-kv-"), std::string::npos) << s.err();  // names the flag at fault
   }
 }
 
