@@ -254,6 +254,9 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   serving_config.max_waiting = o.max_waiting;
   serving_config.max_pinned_share = o.max_pinned_share;
   serving_config.preemption = *engine::preemption_mode_from_name(o.engine.preemption);  // checked by the flag
+  if (const store::RedisTier* remote = find_kv_remote_tier(eng)) {  // --kv-remote (tools/kv_remote.h)
+    config.extra_metrics = [remote](std::string& out) { append_kv_remote_metrics(*remote, out); };
+  }
   const std::string eng_description = describe_model(eng);
   auto serving = engine::ServingEngine::create(std::move(loaded->engine), tokenizer, serving_config);
   if (!serving.is_ok()) return fail(serving.status());
