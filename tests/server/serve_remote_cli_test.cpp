@@ -12,6 +12,7 @@
 
 #include "eventually.h"
 #include "pagoda_process.h"
+#include "server/serve_process.h"
 #include "shell.h"
 #include "store/redis_test_env.h"
 
@@ -20,35 +21,11 @@ namespace {
 
 using nlohmann::json;
 
-class RemoteServe : public PagodaProcess {
+class RemoteServe : public ServeProcess {
  public:
   explicit RemoteServe(const std::string& flags)
-      : PagodaProcess("serve -m " + stories_dir() + "/stories260K.gguf -c 1100 --port 0 -t 1 --kv-remote-timeout-ms 500 " +
-                      flags) {
-    port_ = port();
-  }
-  int port_ = -1;
-  json complete(const std::vector<int32_t>& prompt, int max_tokens = 4) {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60);
-    const json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
-    auto r = c.Post("/v1/completions", body.dump(), "application/json");
-    if (!r || r->status != 200) {
-      ADD_FAILURE() << (r ? r->body : std::string("no answer")) << err();
-      return json::object();
-    }
-    return json::parse(r->body);
-  }
-  std::string metrics() {
-    httplib::Client c("127.0.0.1", port_);
-    auto r = c.Get("/metrics");
-    return r && r->status == 200 ? r->body : "";
-  }
-  double metric(const std::string& name) {  // -1: absent
-    const std::string m = metrics();
-    const size_t at = m.find("\n" + name + " ");
-    return at == std::string::npos ? -1 : std::atof(m.c_str() + at + name.size() + 2);
-  }
+      : ServeProcess("serve -m " + stories_dir() + "/stories260K.gguf -c 1100 --port 0 -t 1 --kv-remote-timeout-ms 500 " +
+                     flags) {}
   double remote(const std::string& counter) { return metric("pagoda_kv_remote_" + counter + "{tier=\"remote\"}"); }
 };
 
