@@ -122,6 +122,9 @@ void Scheduler::preempt(SchedSequence& seq) {
   running_slots_ -= seq.slots;
   insert_ordered(waiting_, &seq);
   plan_.preempted.push_back(&seq);
+  // Its load may have finished in this step's poll_tiers(): no longer running, it is not one of
+  // the plan's loaded sequences (whose blocks the owner reads; it has none now).
+  std::erase(plan_.loaded, &seq);
 }
 
 int64_t Scheduler::blocks_needed(const SchedSequence& seq, int64_t n) const {

@@ -145,7 +145,7 @@ struct StepPlan {
   std::vector<ScheduledSeq> scheduled;     // in order; at most max_num_seqs
   std::vector<SchedSequence*> preempted;   // this step's victims (now waiting)
   std::vector<SchedSequence*> admitted;    // admitted this step (also in scheduled unless loading)
-  std::vector<SchedSequence*> loaded;      // whose load finished this step
+  std::vector<SchedSequence*> loaded;      // whose load finished this step (still running)
   std::vector<SchedSequence*> refused;     // can never fit beside the pinned blocks: owner removes
   int64_t num_tokens = 0;
   // Prefix-cache lookups of this step's admissions.
