@@ -25,13 +25,16 @@ run: build
 	$(BUILD_DIR)/bin/pagoda serve --port $(PORT)
 
 # Include-direction check, the parser tests under AddressSanitizer, every fuzz harness over its
-# corpus and for FUZZ_CI_SECONDS, then every test (ctest last, so its summary closes the log).
+# corpus and for FUZZ_CI_SECONDS, every test, then the soak with tiers, Redis and faults for
+# SOAK_CI_MINUTES (bench/soak.py --faults: fails on any wrong token, leak or unexpected status).
 FUZZ_CI_SECONDS ?= 5
+SOAK_CI_MINUTES ?= 2
 test: build
 	@bash scripts/check_includes.sh
 	@JOBS=$(JOBS) bash scripts/asan_parser_tests.sh
 	@JOBS=$(JOBS) bash scripts/fuzz.sh --seconds $(FUZZ_CI_SECONDS)
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	python3 bench/soak.py --minutes $(SOAK_CI_MINUTES) --faults --bin $(BUILD_DIR)/bin/pagoda
 
 # libFuzzer harnesses (FUZZING.md): each over its corpus, then SECONDS of fuzzing each.
 SECONDS ?= 60
@@ -46,10 +49,10 @@ fuzz-seeds:
 sanitize: deps
 	@JOBS=$(JOBS) bash scripts/sanitize.sh
 
-# bench/soak.sh for MINUTES minutes against a loopback server.
+# bench/soak.sh for MINUTES minutes against a loopback server (SOAK_ARGS=--faults: tiers, Redis, faults).
 MINUTES ?= 2
 soak: build
-	bench/soak.sh --minutes $(MINUTES)
+	bench/soak.sh --minutes $(MINUTES) $(SOAK_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR) build-asan build-fuzz build-tsan

@@ -9,11 +9,15 @@ mid-stream or before the answer). Checked continuously:
     cut by max_tokens; all of it when the model stopped);
   - every answer is 200, or a documented 429/503 with Retry-After; nothing else;
   - /metrics: blocks in use + cached + free == capacity.
-At the end, after draining: zero requests running or waiting, zero blocks in use, and resident
-memory within --max-rss-growth percent of its level after warm-up. Prints a summary line and exits
-non-zero on any violation.
-  bench/soak.py --minutes M [--seed S] [--clients C] [--bin build/bin/pagoda] [--model GGUF]
-(The tiers, Redis and their faults are not wired into `pagoda serve` yet: not exercised here.)
+  - /metrics: every tier holds at most its capacity.
+At the end, after draining: zero requests running or waiting, zero blocks in use, zero pins, and
+resident memory within --max-rss-growth percent of its level after warm-up (of the last server
+when faults restarted it). Prints a summary line and exits non-zero on any violation.
+With --faults the server also has a host tier, a disk tier and the Redis pool (a redis-server of
+its own on a free loopback port), and faults are injected while the clients run: Redis killed and
+restarted, disk records corrupted and truncated, the server killed (SIGKILL) at random points and
+restarted on its disk directory, the disk directory full (bench/soak_faults.py).
+  bench/soak.py --minutes M [--seed S] [--clients C] [--faults] [--bin build/bin/pagoda] [--model GGUF]
 """
 import argparse
 import http.client
@@ -21,17 +25,22 @@ import json
 import os
 import random
 import re
+import shutil
 import socket
-import subprocess
 import sys
+import tempfile
 import threading
 import time
+
+import soak_faults
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIXES = ["Once upon a time, there was a little girl named Lily.",
             "Tom and his dog went to the park to play with a red ball.",
             "One day, a big bird flew over the house."]
 SUFFIXES = ["", " She", " He was very happy", " They", " The sun was", " Then"]
+REMOTE_FAULTS = 'pagoda_kv_remote_errors_total{tier="remote"}'
+REMOTE_RECOVERIES = 'pagoda_kv_remote_recoveries_total{tier="remote"}'
 
 
 def metrics(port):
@@ -115,10 +124,11 @@ def stream(port, body, abort_after=None, timeout=120):
 
 
 class Soak:
-    def __init__(self, args, port, pid):
-        self.args, self.port, self.pid = args, port, pid
+    def __init__(self, args, server):
+        self.args, self.server, self.port = args, server, server.port
         self.lock = threading.Lock()
-        self.stats = {"requests": 0, "ok": 0, "refused": 0, "aborted": 0, "sampled": 0, "choices_checked": 0}
+        self.stats = {"requests": 0, "ok": 0, "refused": 0, "aborted": 0, "sampled": 0, "choices_checked": 0,
+                      "cut_by_crash": 0}
         self.errors = []
         self.references = {}
 
@@ -148,7 +158,7 @@ class Soak:
     def client(self, seed, deadline):
         rng = random.Random(seed)
         while time.time() < deadline:
-            prompt = rng.choice(PREFIXES) + rng.choice(SUFFIXES)
+            prompt = rng.choice(self.prefixes) + rng.choice(SUFFIXES)
             max_tokens = rng.choice([1, 2, 8, 16, 32, 64])
             n = rng.choice([1, 1, 2, 3])
             sampled = rng.random() < 0.15
@@ -160,6 +170,8 @@ class Soak:
             abort = rng.random() < 0.12
             with self.lock:
                 self.stats["requests"] += 1
+            epoch = self.server.epoch
+            crashed = lambda: self.server.down or self.server.epoch != epoch
             try:
                 if abort and not do_stream:  # hang up before the answer
                     s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
@@ -182,8 +194,17 @@ class Soak:
                 else:
                     status, headers, j = complete(self.port, body)
                     results = [(c["text"], c["finish_reason"]) for c in j["choices"]] if status == 200 else []
-            except (OSError, http.client.HTTPException) as e:
+            except (OSError, http.client.HTTPException, ValueError, TypeError, KeyError) as e:
+                if crashed():
+                    with self.lock:
+                        self.stats["cut_by_crash"] += 1
+                    time.sleep(0.05)
+                    continue
                 self.error(f"connection error: {e!r}")
+                continue
+            if status in (-1, 500) and crashed():  # a stream cut by the crash
+                with self.lock:
+                    self.stats["cut_by_crash"] += 1
                 continue
             if status in (429, 503):
                 if headers.get("Retry-After") is None:
@@ -208,6 +229,11 @@ class Soak:
         blocks = [m.get(f'pagoda_kv_blocks{{state="{s}"}}', 0) for s in ("in_use", "cached", "free")]
         if sum(blocks) != m.get("pagoda_kv_blocks_capacity", -1):
             self.error(f"blocks {blocks} do not add up to {m.get('pagoda_kv_blocks_capacity')}")
+        for name, value in m.items():
+            if name.startswith("pagoda_kv_tier_blocks{"):
+                cap = m.get(name.replace("pagoda_kv_tier_blocks{", "pagoda_kv_tier_blocks_capacity{"), -1)
+                if value < 0 or value > cap:
+                    self.error(f"{name} = {value} beyond its capacity {cap}")
 
 
 def main():
@@ -220,39 +246,74 @@ def main():
                                                     "models/stories260K/stories260K.gguf"))
     ap.add_argument("--kv-cache-mem", default="512K", help="small: forces preemption and eviction")
     ap.add_argument("--max-rss-growth", type=float, default=10.0, help="percent over the level after warm-up")
+    ap.add_argument("--warm-up", type=float, default=10.0, help="seconds of load before the memory baseline")
+    ap.add_argument("--rss-settle", type=float, default=45.0,
+                    help="--faults: seconds after a (re)start before a server's memory baseline (its tiers and "
+                         "buffers fill first: about 40 s here)")
+    ap.add_argument("--faults", action="store_true",
+                    help="host + disk tiers and a Redis pool, with faults injected (bench/soak_faults.py)")
+    ap.add_argument("--fault-every", type=float, default=10.0, help="seconds between two faults (--faults)")
     args = ap.parse_args()
 
-    cmd = [args.bin, "serve", "-m", args.model, "--port", "0", "--kv-cache-mem", args.kv_cache_mem,
+    workdir = tempfile.mkdtemp(prefix="pagoda-soak-")
+    port = soak_faults.free_port()
+    cmd = [args.bin, "serve", "-m", args.model, "--port", str(port), "--kv-cache-mem", args.kv_cache_mem,
            "--max-num-seqs", "8", "--max-waiting", "16", "--quiet", "--no-dashboard"]
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    port = None
-    lines = []
-    for line in server.stdout:
-        lines.append(line)
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    if port is None:
-        raise SystemExit("soak: the server did not start:\n" + "".join(lines))
-    threading.Thread(target=lambda: [None for _ in server.stdout], daemon=True).start()
+    redis = None
+    disk_dir = os.path.join(workdir, "disk")
+    if args.faults:
+        os.makedirs(disk_dir)
+        redis = soak_faults.Redis(workdir)
+        # Small tiers: the host tier and the disk tier fill and evict; every block is also in Redis.
+        cmd += ["--kv-host-mem", "256K", "--kv-disk-dir", disk_dir, "--kv-disk-mem", "2M",
+                "--kv-remote", f"redis://127.0.0.1:{redis.port}", "--kv-remote-timeout-ms", "200"]
+    server = soak_faults.Server(cmd, port)
     try:
-        soak = Soak(args, port, server.pid)
-        for p in PREFIXES:
+        server.start()
+        soak = Soak(args, server)
+        # With tiers, prompts of a few blocks (prefix x 3), so that loads from the tiers happen.
+        soak.prefixes = [p + " " + p + " " + p for p in PREFIXES] if args.faults else PREFIXES
+        for p in soak.prefixes:
             for s in SUFFIXES:
                 soak.references[p + s] = soak.reference(p + s)
-        # Warm-up: a short burst of the mix, then the memory baseline.
-        warm = [threading.Thread(target=soak.client, args=(args.seed * 1000 + i, time.time() + 10)) for i in range(args.clients)]
+        # Warm-up: a short burst of the mix.
+        warm = [threading.Thread(target=soak.client, args=(args.seed * 1000 + i, time.time() + args.warm_up))
+                for i in range(args.clients)]
         [t.start() for t in warm]
         [t.join() for t in warm]
-        rss_warm = rss_kb(server.pid)
+        rss_base = (server.epoch, rss_kb(server.proc.pid))
         start = time.time()
+        rss_trace = [(start, server.epoch, rss_base[1])]  # every 15 s: (time, server, KiB)
+        rss_settled = not args.faults  # with faults, the baseline waits for --rss-settle
         deadline = start + args.minutes * 60
         threads = [threading.Thread(target=soak.client, args=(args.seed * 7919 + i, deadline)) for i in range(args.clients)]
+        faults = None
+        if args.faults:
+            faults = soak_faults.Faults(server, redis, disk_dir, random.Random(args.seed), args.fault_every, soak.error)
+            threads.append(threading.Thread(target=faults.run, args=(deadline, args.rss_settle + 30)))
         [t.start() for t in threads]
         while any(t.is_alive() for t in threads):
             time.sleep(2)
-            soak.check_metrics(metrics(port))
+            if faults:
+                faults.lock.acquire()  # not while the server is down
+            try:
+                settle = args.rss_settle if args.faults else args.warm_up
+                if (rss_base[0] != server.epoch or not rss_settled) and time.time() - server.started_at >= settle:
+                    rss_settled = True
+                    rss_base = (server.epoch, rss_kb(server.proc.pid))  # a restarted server's own baseline
+                m = metrics(port)
+                server.last_metrics = m
+                soak.check_metrics(m)
+                if time.time() - rss_trace[-1][0] >= 15:
+                    rss_trace.append((time.time(), server.epoch, rss_kb(server.proc.pid)))
+            except OSError:
+                if server.proc.poll() is not None:
+                    raise SystemExit(f"soak: the server died (exit {server.proc.returncode}); its output:\n"
+                                     + server.output()[-4000:])
+                soak.error("/metrics did not answer")
+            finally:
+                if faults:
+                    faults.lock.release()
         [t.join() for t in threads]
         # Drained: nothing running or waiting, no block in use.
         for _ in range(600):
@@ -262,35 +323,61 @@ def main():
                 break
             time.sleep(0.1)
         m = metrics(port)
+        server.last_metrics = m
         soak.check_metrics(m)
         in_use = m.get('pagoda_kv_blocks{state="in_use"}', -1)
         if in_use != 0 or m.get("pagoda_requests_running", -1) != 0 or m.get("pagoda_requests_waiting", -1) != 0:
             soak.error(f"not drained: {in_use} blocks in use, running {m.get('pagoda_requests_running')}, "
                        f"waiting {m.get('pagoda_requests_waiting')}")
-        rss_end = rss_kb(server.pid)
+        if m.get("pagoda_kv_pins", -1) != 0 or m.get("pagoda_kv_pinned_blocks", -1) != 0:
+            soak.error(f"pins left: {m.get('pagoda_kv_pins')} pins, {m.get('pagoda_kv_pinned_blocks')} pinned blocks")
+        if rss_base[0] != server.epoch or not rss_settled:
+            soak.error("the last server did not live through its warm-up (no memory baseline)")
+        if args.faults:  # Redis is up again: the remote tier must have found it
+            for _ in range(100):
+                if m.get('pagoda_kv_remote_up{tier="remote"}', 0) == 1:
+                    break
+                time.sleep(0.1)
+                m = metrics(port)
+            if m.get('pagoda_kv_remote_up{tier="remote"}', 0) != 1:
+                soak.error("the remote tier is still down although Redis is up")
+        rss_warm, rss_end = rss_base[1], rss_kb(server.proc.pid)
         growth = 100.0 * (rss_end - rss_warm) / max(rss_warm, 1)
         if growth > args.max_rss_growth:
             soak.error(f"resident memory grew {growth:.1f}% ({rss_warm} -> {rss_end} KiB)")
-        if server.poll() is not None:
-            soak.error(f"the server exited with {server.returncode}")
+        if server.proc.poll() is not None:
+            soak.error(f"the server exited with {server.proc.returncode}")
         st = soak.stats
-        server_aborts = m.get('pagoda_requests_finished_total{reason="abort"}', 0)
-        print(f"soak: {args.minutes:g} min, seed {args.seed}: {st['requests']} requests, {st['ok']} served "
-              f"({st['choices_checked']} greedy choices checked, {st['sampled']} sampled), {st['aborted']} aborted by "
-              f"their clients, {st['refused']} refused (429/503), preemptions {m.get('pagoda_preemptions_total', 0):.0f}, "
-              f"evicted blocks {m.get('pagoda_kv_evicted_blocks_total', 0):.0f}, aborts seen by the server "
-              f"{server_aborts:.0f}, wrong tokens "
-              f"{sum(1 for e in soak.errors if e.startswith('wrong'))}, leaked blocks {in_use:.0f}, "
-              f"RSS {rss_warm} -> {rss_end} KiB ({growth:+.1f}%)")
+        t = server.total
+        server_aborts = t('pagoda_requests_finished_total{reason="abort"}')
+        summary = (f"soak: {args.minutes:g} min, seed {args.seed}: {st['requests']} requests, {st['ok']} served "
+                   f"({st['choices_checked']} greedy choices checked, {st['sampled']} sampled), {st['aborted']} aborted by "
+                   f"their clients, {st['refused']} refused (429/503), preemptions {t('pagoda_preemptions_total'):.0f}, "
+                   f"evicted blocks {t('pagoda_kv_evicted_blocks_total'):.0f}, aborts seen by the server "
+                   f"{server_aborts:.0f}")
+        if faults:
+            def tier(name):  # summed over the tiers
+                return sum(t(k) for k in set(server.totals) | set(m) if k.startswith(name + "{"))
+            summary += (f"; faults: {faults.counts['redis']} Redis kills, {faults.counts['crash']} server crashes "
+                        f"(SIGKILL), {faults.counts['full']} full-disk restarts, {faults.counts['flip'] + faults.counts['crash']} "
+                        f"corruptions ({faults.flipped} bytes flipped, {faults.counts['crash'] + faults.counts['full']} "
+                        f"files truncated); {st['cut_by_crash']} requests cut by crashes; tier hit tokens "
+                        f"{tier('pagoda_kv_tier_hit_tokens_total'):.0f}, corrupt records dropped "
+                        f"{tier('pagoda_kv_tier_corrupt_records_total'):.0f}, tier faults {tier('pagoda_kv_tier_faults_total'):.0f}, "
+                        f"Redis faults {t(REMOTE_FAULTS):.0f}, recoveries {t(REMOTE_RECOVERIES):.0f}")
+        summary += (f"; wrong tokens {sum(1 for e in soak.errors if e.startswith('wrong'))}, leaked blocks {in_use:.0f}, "
+                    f"RSS {rss_warm} -> {rss_end} KiB ({growth:+.1f}%)")
+        print(summary, flush=True)
+        print("soak: RSS every 15 s (server: KiB): " +
+              ", ".join(f"{e}: {kb}" for _, e, kb in rss_trace + [(0, server.epoch, rss_end)]), flush=True)
         for e in soak.errors:
             print("soak: ERROR", e)
         return 1 if soak.errors else 0
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        server.stop()
+        if redis:
+            redis.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
