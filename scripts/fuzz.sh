@@ -45,27 +45,36 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 dict_for() {  # the JSON-reading harnesses share a dictionary of JSON syntax and field names
   case "$1" in hf_config|hf_tokenizer|openai_request) echo "-dict=$root/fuzz/json.dict" ;; esac
 }
-failed=()
-for h in "${harnesses[@]}"; do
-  corpus="$root/fuzz/corpus/$h"
-  scratch="$build/corpus/$h"
-  artifacts="$build/artifacts/$h"
+# One harness: its corpus, then fuzzing from it; prints one line (ok, or FAILED with the log tail).
+run_harness() {
+  local h="$1" corpus="$root/fuzz/corpus/$1" scratch="$build/corpus/$1" artifacts="$build/artifacts/$1"
+  local log="$build/$1.log"
   mkdir -p "$scratch" "$artifacts"
-  log="$build/$h.log"
-  flags=(-timeout=10 -rss_limit_mb=2048 -artifact_prefix="$artifacts/" -print_final_stats=1 $(dict_for "$h"))
+  local flags=(-timeout=10 -rss_limit_mb=2048 -artifact_prefix="$artifacts/" -print_final_stats=1 $(dict_for "$h"))
   # The corpus alone (every seed and every past crash), then fuzzing from it.
   if ! "$build/bin/${h}_fuzz" "${flags[@]}" -runs=0 "$corpus" >"$log" 2>&1 ||
      { [ "$seconds" -gt 0 ] &&
        ! "$build/bin/${h}_fuzz" "${flags[@]}" -max_total_time="$seconds" "$scratch" "$corpus" >>"$log" 2>&1; }; then
-    echo "fuzz: $h FAILED (log: $log)"
-    tail -40 "$log"
-    for a in "$artifacts"/*; do
-      [ -e "$a" ] && echo "fuzz: reproduce with $build/bin/${h}_fuzz $a; keep it as fuzz/corpus/$h/crash-<what>"
-    done
-    failed+=("$h")
-    continue
+    { echo "fuzz: $h FAILED (log: $log)"
+      tail -40 "$log"
+      for a in "$artifacts"/*; do
+        [ -e "$a" ] && echo "fuzz: reproduce with $build/bin/${h}_fuzz $a; keep it as fuzz/corpus/$h/crash-<what>"
+      done; } >"$build/$h.result"
+    return 1
   fi
-  echo "fuzz: $h ok, $(ls "$corpus" | wc -l) corpus inputs + ${seconds}s: $(grep -E 'stat::number_of_executed_units' "$log" | tail -1 | awk '{print $2}') execs, $(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)"
+  echo "fuzz: $h ok, $(ls "$corpus" | wc -l) corpus inputs + ${seconds}s: $(grep -E 'stat::number_of_executed_units' "$log" | tail -1 | awk '{print $2}') execs, $(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)" >"$build/$h.result"
+}
+# JOBS harnesses at a time (each is one process: libFuzzer without -jobs), results in harness order.
+for h in "${harnesses[@]}"; do
+  rm -f "$build/$h.result"
+  run_harness "$h" &
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+done
+wait || true
+failed=()
+for h in "${harnesses[@]}"; do
+  if [ -f "$build/$h.result" ]; then cat "$build/$h.result"; else echo "fuzz: $h FAILED (no result)"; fi
+  grep -q "^fuzz: $h ok" "$build/$h.result" 2>/dev/null || failed+=("$h")
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: failed: ${failed[*]}"

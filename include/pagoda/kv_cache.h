@@ -23,8 +23,26 @@
  * incompatible change; pagoda_kv_create refuses a config whose abi_version differs from the
  * library's. The library's soname is libpagoda_kv.so.1 (major = ABI version).
  *
+ * Versions. PAGODA_KV_ABI_VERSION is the major version (the soname); PAGODA_KV_ABI_MINOR counts
+ * compatible additions: a caller built against minor m may call what minor m added once
+ * pagoda_kv_abi_minor() >= m. 1.0: the pool, sequences, matches. 1.1: tiers (below).
+ *
+ * Tiers (1.1). Below the pool, fastest first: a host DRAM tier and an SSD tier (a directory of
+ * block records, kept across runs), as Pagoda's engine stacks them (kvcache/tier_stack.h):
+ *   - offload: when the pool evicts a cached block its record is written into the first tier
+ *     (write-back); a tier attached with write_through gets every committed block at once; a
+ *     tier that must make room demotes its victim to the next tier down (host -> disk);
+ *     pagoda_kv_evict_cached evicts every cached block now (all go down);
+ *   - lookup: pagoda_kv_locate says, block by block, whether a prompt's prefix is in the pool or
+ *     in which tier, without changing the pool;
+ *   - load: after adopting the pool's match, pagoda_kv_seq_load reads the next whole blocks
+ *     the tiers hold into fresh pool blocks of the sequence (blocking until read), verifying
+ *     each record's checksum and token ids; what fails to load or confirm is left for the
+ *     engine to compute (the sequence is shorter).
+ * Tiers are inclusive: a loaded block keeps its copy below.
+ *
  * Threads: calls on one cache are serialized by the cache (a mutex); different caches are
- * independent. Tiers (host / disk / remote offload) are not part of this version. */
+ * independent. */
 #ifndef PAGODA_KV_CACHE_H_
 #define PAGODA_KV_CACHE_H_
 
@@ -42,6 +60,7 @@ extern "C" {
 #endif
 
 #define PAGODA_KV_ABI_VERSION 1
+#define PAGODA_KV_ABI_MINOR 1
 
 typedef enum pagoda_kv_status {
   PAGODA_KV_OK = 0,
@@ -99,6 +118,7 @@ typedef struct pagoda_kv_match pagoda_kv_match; /* a pinned cached prefix (opaqu
 typedef int64_t pagoda_kv_seq;
 
 PAGODA_KV_API uint32_t pagoda_kv_abi_version(void);
+PAGODA_KV_API uint32_t pagoda_kv_abi_minor(void); /* 1.1 */
 PAGODA_KV_API const char* pagoda_kv_status_name(pagoda_kv_status status);
 /* The message of this thread's last failed call ("" if none); valid until its next call. */
 PAGODA_KV_API const char* pagoda_kv_last_error(void);
@@ -160,6 +180,57 @@ PAGODA_KV_API pagoda_kv_status pagoda_kv_get_stats(pagoda_kv_cache* cache, pagod
 /* Verifies every invariant of the pool and the tables (for tests): a violation is a library
  * bug and aborts the process with its file and line. */
 PAGODA_KV_API pagoda_kv_status pagoda_kv_check_integrity(pagoda_kv_cache* cache);
+
+/* ---- Tiers (ABI 1.1; see the top) ---- */
+
+typedef enum pagoda_kv_tier_kind { PAGODA_KV_TIER_HOST = 0, PAGODA_KV_TIER_DISK = 1 } pagoda_kv_tier_kind;
+
+typedef struct pagoda_kv_tier_config {
+  uint32_t struct_size;        /* sizeof(pagoda_kv_tier_config) */
+  int32_t kind;                /* pagoda_kv_tier_kind */
+  int64_t capacity_bytes;      /* the most the tier may hold (whole block records) */
+  const char* dir;             /* DISK: an existing writable directory (records are kept there) */
+  int32_t write_through;       /* nonzero: every committed full block is written at once */
+  uint64_t model_fingerprint;  /* DISK: the namespace fields every record found in dir must */
+  uint64_t kv_format;          /* carry to be adopted at attach (others are ignored) */
+} pagoda_kv_tier_config;
+
+typedef struct pagoda_kv_tier_stats {
+  uint32_t struct_size;        /* set by the caller: sizeof(pagoda_kv_tier_stats) */
+  char name[16];               /* "host", "disk" */
+  int32_t enabled;             /* 0 once the tier has stopped after a fault */
+  int64_t capacity_blocks, used_blocks;
+  int64_t lookups, lookup_hit_blocks;
+  int64_t offloaded_blocks;    /* put from the pool (eviction or write-through) */
+  int64_t demoted_blocks;      /* put from the tier above (its eviction) */
+  int64_t loaded_blocks;       /* read into the pool by pagoda_kv_seq_load */
+  int64_t failed_loads;        /* blocks that failed to load (miss, corrupt record, fault) */
+  int64_t bytes_written, bytes_read;
+  int64_t evictions, corrupt_records, faults;
+} pagoda_kv_tier_stats;
+
+/* Appends a tier below the others (at most 4); *tier_index (may be NULL) is its index. */
+PAGODA_KV_API pagoda_kv_status pagoda_kv_tier_attach(pagoda_kv_cache* cache, const pagoda_kv_tier_config* config,
+                                                     int32_t* tier_index);
+PAGODA_KV_API pagoda_kv_status pagoda_kv_num_tiers(pagoda_kv_cache* cache, int32_t* num_tiers);
+PAGODA_KV_API pagoda_kv_status pagoda_kv_get_tier_stats(pagoda_kv_cache* cache, int32_t tier, pagoda_kv_tier_stats* out);
+/* Evicts every cached block that no sequence or match holds; with tiers, they are offloaded.
+ * *num_blocks (may be NULL): blocks evicted. */
+PAGODA_KV_API pagoda_kv_status pagoda_kv_evict_cached(pagoda_kv_cache* cache, int64_t* num_blocks);
+/* Where each whole block of tokens[0, n) before the last token would come from, in chain order,
+ * up to the first block found nowhere: where_out[i] = 0 for the pool, 1 + t for tier t.
+ * *num_blocks: how many hit (may exceed capacity: the rest are not written). Changes nothing in
+ * the pool (a tier counts the lookup). */
+PAGODA_KV_API pagoda_kv_status pagoda_kv_locate(pagoda_kv_cache* cache, const int32_t* tokens, size_t n,
+                                                const pagoda_kv_namespace* ns, int32_t* where_out, size_t capacity,
+                                                size_t* num_blocks);
+/* For a sequence whose tokens[0, length) are computed (after adopt or commit; length a whole
+ * number of blocks), loads the next whole blocks of tokens[0, n) before the last token that the
+ * tiers hold, as far as they are consecutive. *loaded_tokens: tokens added (0: none held, or
+ * no room: OUT_OF_BLOCKS is never returned, the engine computes them instead). tokens[0, length)
+ * must be the sequence's own. */
+PAGODA_KV_API pagoda_kv_status pagoda_kv_seq_load(pagoda_kv_cache* cache, pagoda_kv_seq seq, const int32_t* tokens,
+                                                  size_t n, int64_t* loaded_tokens);
 
 #ifdef __cplusplus
 }

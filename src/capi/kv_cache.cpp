@@ -1,72 +1,22 @@
-// libpagoda_kv.so: include/pagoda/kv_cache.h over kvcache::BlockPool + BlockManager.
+// libpagoda_kv.so: include/pagoda/kv_cache.h over kvcache::BlockPool + BlockManager (tiers:
+// kv_tiers.cpp; the handles' objects: kv_cache_internal.h).
 //
 // Every entry point validates what the block manager would CHECK (unknown ids, calls out of
 // protocol order, ranges) and answers a status instead, catches every exception, and takes the
 // cache's mutex. Matches are heap objects owned by the cache (live_matches) so that destroy can
 // release any the caller forgot before the block manager goes (it aborts on a live pin).
-#include "pagoda/kv_cache.h"
-
 #include <cstring>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <unordered_map>
-#include <unordered_set>
 
-#include "kvcache/block_manager.h"
-
-struct pagoda_kv_match {
-  pagoda::kvcache::PrefixMatch match;
-};
-
-struct pagoda_kv_cache {
-  std::mutex mutex;
-  std::unique_ptr<pagoda::kvcache::BlockPool> pool;
-  std::unique_ptr<pagoda::kvcache::BlockManager> manager;
-  struct Seq {
-    pagoda::kvcache::KvNamespace ns;
-  };
-  std::unordered_map<pagoda::kvcache::SeqId, Seq> seqs;
-  std::unordered_set<pagoda_kv_match*> live_matches;
-  std::vector<pagoda::kvcache::BlockCopy> copies;  // scratch of one append
-};
+#include "capi/kv_cache_internal.h"
 
 namespace {
 
+using pagoda::capi::fail;
+using pagoda::capi::find_seq;
+using pagoda::capi::guarded;
+using pagoda::capi::invalid;
+using pagoda::capi::to_ns;
 using pagoda::kvcache::BlockManager;
-using pagoda::kvcache::KvNamespace;
-
-thread_local std::string last_error;
-
-pagoda_kv_status fail(pagoda_kv_status status, std::string message) {
-  last_error = std::move(message);
-  return status;
-}
-pagoda_kv_status invalid(std::string message) { return fail(PAGODA_KV_INVALID_ARGUMENT, std::move(message)); }
-
-KvNamespace to_ns(const pagoda_kv_namespace* ns) {
-  return ns == nullptr ? KvNamespace{} : KvNamespace{ns->model_fingerprint, ns->kv_format, ns->cache_salt};
-}
-
-// Runs body under the cache's lock; exceptions become PAGODA_KV_INTERNAL.
-template <typename Body>
-pagoda_kv_status guarded(pagoda_kv_cache* cache, Body&& body) {
-  if (cache == nullptr) return invalid("cache is NULL");
-  try {
-    std::lock_guard<std::mutex> lock(cache->mutex);
-    last_error.clear();
-    return body();
-  } catch (const std::exception& e) {
-    return fail(PAGODA_KV_INTERNAL, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return fail(PAGODA_KV_INTERNAL, "internal error");
-  }
-}
-
-pagoda_kv_status find_seq(pagoda_kv_cache* cache, pagoda_kv_seq seq) {
-  if (cache->seqs.count(seq) == 0) return fail(PAGODA_KV_NOT_FOUND, "unknown sequence " + std::to_string(seq));
-  return PAGODA_KV_OK;
-}
 
 pagoda_kv_status check_block(const pagoda_kv_cache* cache, int32_t block) {
   if (block < 0 || block >= cache->pool->num_blocks()) {
@@ -80,6 +30,7 @@ pagoda_kv_status check_block(const pagoda_kv_cache* cache, int32_t block) {
 extern "C" {
 
 uint32_t pagoda_kv_abi_version(void) { return PAGODA_KV_ABI_VERSION; }
+uint32_t pagoda_kv_abi_minor(void) { return PAGODA_KV_ABI_MINOR; }
 
 const char* pagoda_kv_status_name(pagoda_kv_status status) {
   switch (status) {
@@ -93,14 +44,14 @@ const char* pagoda_kv_status_name(pagoda_kv_status status) {
   return "unknown status";
 }
 
-const char* pagoda_kv_last_error(void) { return last_error.c_str(); }
+const char* pagoda_kv_last_error(void) { return pagoda::capi::last_error.c_str(); }
 
 uint64_t pagoda_kv_hash_bytes(const void* data, size_t size, uint64_t seed) {
   return pagoda::kvcache::xxhash64(data, size, seed);
 }
 
 pagoda_kv_status pagoda_kv_create(const pagoda_kv_config* config, pagoda_kv_cache** out) {
-  last_error.clear();
+  pagoda::capi::last_error.clear();
   if (config == nullptr || out == nullptr) return invalid("config and out must not be NULL");
   *out = nullptr;
   if (config->struct_size < sizeof(pagoda_kv_config)) {
@@ -149,6 +100,11 @@ void pagoda_kv_destroy(pagoda_kv_cache* cache) {
     std::lock_guard<std::mutex> lock(cache->mutex);
     for (pagoda_kv_match* m : cache->live_matches) delete m;  // unpins
     cache->live_matches.clear();
+    if (cache->tiers != nullptr) {  // its puts complete first; then it stops listening
+      pagoda::capi::settle_tiers(cache);
+      cache->manager->remove_listener(cache->tiers.get());
+      cache->tiers.reset();
+    }
   }
   cache->manager.reset();  // frees every sequence
   delete cache;

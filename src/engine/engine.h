@@ -171,6 +171,12 @@ class Engine {
   kvcache::TierStack* tiers() { return tiers_.get(); }
   const kvcache::TierStack* tiers() const { return tiers_.get(); }
   LoadCostModel* load_cost() { return load_cost_.get(); }
+  const LoadCostModel* load_cost() const { return load_cost_.get(); }
+  // Where pool block `block` got its KV: loaded from tier `tier` while it was chain block `hash`
+  // (note_loaded, by whoever finished the load); loaded_from answers that tier, or -1 when the
+  // block was computed here or has been reused since (its hash differs). Needs tiers attached.
+  void note_loaded(int32_t block, int tier, uint64_t hash);
+  int loaded_from(int32_t block, uint64_t hash) const;
   // Evicts every cached block of the pool (written down to the tiers, write-back): benchmarks.
   int64_t evict_cached_blocks() { return blocks_->evict_all_cached(); }
 

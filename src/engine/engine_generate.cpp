@@ -191,11 +191,6 @@ SequenceDump Engine::dump_sequence(kvcache::SeqId seq) {
       dump.blocks.push_back(std::move(d));
       continue;
     }
-    if (b < 0) {  // freed outside the sliding window
-      d.state = "hole";
-      dump.blocks.push_back(std::move(d));
-      continue;
-    }
     d.ref_count = pool_->ref_count(b);
     switch (pool_->state(b)) {
       case kvcache::BlockState::kFree: d.state = "free"; break;
@@ -211,8 +206,8 @@ SequenceDump Engine::dump_sequence(kvcache::SeqId seq) {
           if ((held >> t) & 1u) d.tiers += "+" + std::string(tiers_->tier(t).name());
         }
       }
-      const LoadedFrom& from = loaded_from_[static_cast<size_t>(b)];
-      if (from.tier >= 0 && from.hash == d.hash) d.loaded_from = std::string(tiers_->tier(from.tier).name());
+      const int from = loaded_from(b, d.hash);
+      if (from >= 0) d.loaded_from = std::string(tiers_->tier(from).name());
     }
     std::vector<float> row(layer0.head_dim);  // a partial int4 K block is read from its stage
     kernels::kv_load_row_reference(layer0, /*is_k=*/true, b, /*row=*/0, /*kv_head=*/0, /*from_stage=*/true, row.data());

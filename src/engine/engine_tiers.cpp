@@ -43,9 +43,20 @@ int64_t Engine::load_from_tiers(kvcache::SeqId seq, std::span<const int32_t> pro
   const int64_t confirmed = blocks_->finish_load(seq, result->num_ok, result->tokens);
   for (int64_t i = 0; i < confirmed; ++i) {
     const kvcache::LoadItem& item = items[static_cast<size_t>(i)];
-    loaded_from_[static_cast<size_t>(item.block)] = LoadedFrom{static_cast<int8_t>(item.tier), item.hash};
+    note_loaded(item.block, item.tier, item.hash);
   }
   return confirmed * bs;
+}
+
+void Engine::note_loaded(int32_t block, int tier, uint64_t hash) {
+  CHECK(tiers_ != nullptr && tier >= 0 && tier < tiers_->num_tiers()) << "note_loaded from tier " << tier;
+  loaded_from_[static_cast<size_t>(block)] = LoadedFrom{static_cast<int8_t>(tier), hash};
+}
+
+int Engine::loaded_from(int32_t block, uint64_t hash) const {
+  if (tiers_ == nullptr || block < 0 || static_cast<size_t>(block) >= loaded_from_.size()) return -1;
+  const LoadedFrom& from = loaded_from_[static_cast<size_t>(block)];
+  return from.tier >= 0 && from.hash == hash ? from.tier : -1;
 }
 
 }  // namespace pagoda::engine

@@ -11,9 +11,13 @@
 //                  would come from the cache and from which tier, where the block chain breaks
 //                  and why (ExplainCause).
 //
-// Tiers. Every block and count carries a tier name: "pool" for the block pool (the device). A
-// state "loading" (a block being filled from a lower tier) is part of the vocabulary for the tier
-// stack; tiers below the pool report their own rows in KvSnapshot::tiers.
+// Tiers. Every block and count carries a tier name: "pool" for the block pool (the device), then
+// the names of the tiers below it (Tier::name(): "host", "disk", "redis"). KvSnapshot::tiers has
+// a row per tier from the engine's TierStack; a pool block being filled from a lower tier is
+// "loading" (kBlockLoading); a request's blocks name the tiers holding copies and where their KV
+// was loaded from; explain names the tier each hitting block would come from. Asking a tier
+// whether it holds a block is a lookup: the only thing introspection changes is the tier's
+// lookup counter and, in the host tier, the block's recency (as a probe at admission would).
 #pragma once
 
 #include <cstdint>
@@ -43,12 +47,19 @@ double histogram_quantile(const Histogram& h, double q);
 HistogramSummary summarize(const Histogram& h);
 
 struct TierSnapshot {
-  std::string tier;              // "pool", later "host", "disk", "redis"
+  std::string tier;              // "pool", then each tier below it: "host", "disk", "redis"
   std::string medium;            // KV events' medium: "GPU" for the pool (the device), "CPU", ...
+  bool enabled = true;           // false once a tier has stopped after a fault
   int64_t capacity_blocks = 0;
-  int64_t used_blocks = 0;       // pool: in use + cached
-  int64_t hit_blocks = 0;        // blocks served to prefix hits from this tier
+  int64_t used_blocks = 0;       // pool: in use + cached; a tier: records it holds
+  int64_t hit_blocks = 0;        // pool: blocks served to prefix hits; a tier: blocks loaded from it
   int64_t evictions = 0;
+  // Tiers below the pool only (TierStats and TierCounters, kvcache/tier_stack.h).
+  int64_t lookups = 0, lookup_hit_blocks = 0;
+  int64_t offloaded_blocks = 0;  // put from the pool (eviction or write-through)
+  int64_t demoted_blocks = 0;    // put from the tier above (its eviction)
+  int64_t bytes_read = 0, bytes_written = 0;
+  int64_t failed_loads = 0, corrupt_records = 0, faults = 0;
 };
 
 struct RequestSnapshot {
@@ -81,9 +92,13 @@ struct KvSnapshot {
   // Pool.
   int64_t num_blocks = 0, block_size = 0, bytes_per_block = 0;
   std::string kv_dtype, kv_layout, eviction_policy;
+  // free + in_use + cached == num_blocks; pinned is part of cached, loading part of in_use.
   int64_t blocks_free = 0, blocks_in_use = 0, blocks_cached = 0, blocks_pinned = 0, blocks_loading = 0;
   std::string block_map;         // [num_blocks] kBlock* characters (empty unless asked for)
-  std::vector<TierSnapshot> tiers;
+  std::vector<TierSnapshot> tiers;  // [0] the pool, then the tiers below it, fastest first
+  // Admissions that found blocks in a tier: loaded them, or recomputed (the cost model's call).
+  int64_t tier_load_decisions = 0, tier_recompute_decisions = 0;
+  int64_t tier_loads_in_flight = 0;
   // Prefix cache (BlockManagerStats).
   bool prefix_caching = true;
   int64_t lookups = 0, committed_blocks = 0, cow_copies = 0, blocks_allocated = 0;
@@ -103,8 +118,11 @@ struct BlockSnapshot {
   int64_t index = 0;             // position in the table: tokens [index*B, (index+1)*B)
   int32_t block = -1;            // pool block id; -1: a released window hole
   int32_t ref_count = 0;
-  std::string state;             // "in use", "cached", "free", "released"
-  std::string tier = "pool";
+  std::string state;             // "in use", "cached", "free", "released", "loading" (being read
+                                 // from loaded_from into the pool; unreadable until done)
+  std::string tier = "pool";     // where the block lives (every block of a table is a pool block)
+  std::vector<std::string> copies;  // tiers below the pool holding a copy now, fastest first
+  std::string loaded_from;       // the tier its KV was (or is being) loaded from ("": computed here)
   uint64_t hash = 0;             // 0 while not registered in the prefix index
   int64_t num_tokens = 0;        // tokens the block holds for this sequence
   bool shared = false;           // ref > 1 (a fork or another request shares it)
@@ -176,7 +194,7 @@ struct ExplainRequest {
 
 // What the server asks of a serving engine that can show its cache. Each call runs on the
 // engine's loop thread between two steps (or directly when no loop runs) and never changes any
-// state (no recency, no counters).
+// state of the pool or the requests (no recency, no counters; tiers: see Tiers at the top).
 class KvIntrospector {
  public:
   virtual ~KvIntrospector() = default;

@@ -64,9 +64,47 @@ void snapshot_pool(const kvcache::BlockManager& bm, bool block_map, KvSnapshot& 
     }
     if (block_map) out.block_map[static_cast<size_t>(b)] = c;
   }
-  const int64_t used = out.blocks_in_use + out.blocks_cached;
+  std::vector<int32_t> loading;
+  bm.append_all_loading_blocks(loading);
+  out.blocks_loading = static_cast<int64_t>(loading.size());
+  if (block_map) {
+    for (int32_t b : loading) out.block_map[static_cast<size_t>(b)] = kBlockLoading;
+  }
+  TierSnapshot row;
+  row.tier = "pool";
+  row.medium = "GPU";
+  row.capacity_blocks = out.num_blocks;
+  row.used_blocks = out.blocks_in_use + out.blocks_cached;
+  row.evictions = bm.stats().num_evictions;
   out.tiers.clear();
-  out.tiers.push_back({"pool", "GPU", out.num_blocks, used, 0, bm.stats().num_evictions});
+  out.tiers.push_back(std::move(row));
+}
+
+void snapshot_tiers(const kvcache::TierStack& tiers, KvSnapshot& out) {
+  for (int t = 0; t < tiers.num_tiers(); ++t) {
+    const kvcache::Tier& tier = tiers.tier(t);
+    const kvcache::TierStats st = tier.stats();
+    const kvcache::TierCounters& c = tiers.counters(t);
+    TierSnapshot row;
+    row.tier = std::string(tier.name());
+    row.medium = std::string(tier.medium());
+    row.enabled = tier.enabled();
+    row.capacity_blocks = st.capacity_blocks;
+    row.used_blocks = st.used_blocks;
+    row.hit_blocks = c.loaded_blocks;
+    row.evictions = st.evictions;
+    row.lookups = st.lookups;
+    row.lookup_hit_blocks = st.lookup_hit_blocks;
+    row.offloaded_blocks = c.offloaded_blocks;
+    row.demoted_blocks = c.demoted_blocks;
+    row.bytes_read = st.bytes_read;
+    row.bytes_written = st.bytes_written;
+    row.failed_loads = c.failed_loads;
+    row.corrupt_records = st.corrupt_records;
+    row.faults = st.faults;
+    out.tiers.push_back(std::move(row));
+  }
+  out.tier_loads_in_flight = tiers.num_loads_in_flight();
 }
 
 std::vector<CachedPrefix> largest_prefixes(const kvcache::BlockManager& bm, const KvHistory* history,

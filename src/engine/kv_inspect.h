@@ -34,6 +34,7 @@
 #include "engine/introspection.h"
 #include "engine/kv_history.h"
 #include "kvcache/block_manager.h"
+#include "kvcache/tier_stack.h"
 #include "model/tokenizer.h"
 
 namespace pagoda::engine {
@@ -54,8 +55,11 @@ struct ExplainContext {
 KvExplanation explain_prefix(const ExplainContext& context, std::span<const int32_t> prompt,
                              std::span<const std::vector<int32_t>> earlier_turns = {});
 
-// Pool counts (free / in use / cached / pinned) and, when block_map, one kBlock* char per block.
+// Pool counts (free / in use / cached / pinned / loading) and, when block_map, one kBlock* char
+// per block; out.tiers becomes the pool's row.
 void snapshot_pool(const kvcache::BlockManager& blocks, bool block_map, KvSnapshot& out);
+// Appends a row per tier of the stack (its TierStats and the stack's TierCounters).
+void snapshot_tiers(const kvcache::TierStack& tiers, KvSnapshot& out);
 
 // The longest chains root -> leaf of the prefix index, longest first (ties: most hits, then
 // lowest block id), at most max_prefixes; the preview decodes the first preview_tokens tokens

@@ -132,6 +132,7 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector, pub
   void finish_request(Request& r, const Status& status);  // delivers; erases r
   void deliver(Request& r);
   void set_cached_usage(Request& r, const SchedSequence& s);  // cached_tokens (+ per tier)
+  void note_loaded_blocks(const SchedSequence& s);  // Engine::note_loaded for a finished load
   void fork_choices(Request& r);
   void publish_metrics();
   void run_integrity_checks();  // on the loop thread, between steps
@@ -140,6 +141,7 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector, pub
   void run_on_loop(const std::function<void()>& fn);
   void run_loop_tasks();        // on the loop thread, between steps
   RequestSnapshot request_snapshot(const Request& r, int64_t now);
+  SequenceKv sequence_kv(const SchedSequence& seq);  // its block table with states and tiers
 
   std::unique_ptr<Engine> engine_;
   std::shared_ptr<const model::Tokenizer> tokenizer_;

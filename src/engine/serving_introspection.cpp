@@ -55,20 +55,23 @@ RequestSnapshot ServingEngineImpl::request_snapshot(const Request& r, int64_t no
   s.n = r.req.n;
   s.preemptions = r.usage.preemptions;
   s.age_s = static_cast<double>(now - r.submit_ns) * 1e-9;
-  bool running = false;
+  bool running = false, loading = false;
   std::unordered_set<int32_t> blocks;
   for (const Choice& c : r.choices) {
     if (c.seq < 0) continue;
     const SchedSequence& seq = scheduler_.get(c.seq);
     if (!seq.running()) continue;
     running = true;
+    loading = loading || seq.loading();
     s.computed_tokens = std::max(s.computed_tokens, bm.length(seq.kv));
     for (int32_t b : bm.block_table(seq.kv)) {
       if (b >= 0) blocks.insert(b);
     }
   }
   s.blocks_held = static_cast<int64_t>(blocks.size());
-  if (running) {
+  if (loading) {
+    s.state = "loading";  // its prefix is being read from a tier below the pool
+  } else if (running) {
     s.state = s.computed_tokens < s.prompt_tokens ? "prefilling" : "decoding";
   } else {
     s.state = r.usage.preemptions > 0 ? "preempted" : "waiting";
@@ -92,6 +95,12 @@ KvSnapshot ServingEngineImpl::snapshot(const SnapshotOptions& options) {
     out.cow_copies = st.num_cow_copies;
     out.blocks_allocated = st.num_blocks_allocated;
     out.tiers[0].hit_blocks = st.num_hit_tokens / std::max<int64_t>(1, out.block_size);
+    if (const kvcache::TierStack* tiers = engine_->tiers()) {
+      snapshot_tiers(*tiers, out);
+      const LoadDecisionStats& d = engine_->load_cost()->stats();
+      out.tier_load_decisions = d.load;
+      out.tier_recompute_decisions = d.recompute;
+    }
     out.metrics = loop_metrics_;
     out.steps = loop_metrics_.steps;
     std::vector<Submitted> inbox;
@@ -121,6 +130,55 @@ KvSnapshot ServingEngineImpl::snapshot(const SnapshotOptions& options) {
   return out;
 }
 
+SequenceKv ServingEngineImpl::sequence_kv(const SchedSequence& seq) {
+  const kvcache::BlockManager& bm = engine_->block_manager();
+  kvcache::TierStack* tiers = engine_->tiers();
+  const int64_t B = engine_->kv_layout().block_size;
+  SequenceKv s;
+  s.running = seq.running();
+  if (!s.running) return s;
+  s.length = bm.length(seq.kv);
+  const std::vector<int32_t>& table = bm.block_table(seq.kv);
+  // Blocks [first_loading, ...) are being read from the tiers of seq.load_runs, in order.
+  const int64_t first_loading = bm.loading(seq.kv) ? bm.num_computed(seq.kv) / B : static_cast<int64_t>(table.size());
+  for (size_t j = 0; j < table.size(); ++j) {
+    BlockSnapshot b;
+    b.index = static_cast<int64_t>(j);
+    b.block = table[j];
+    b.num_tokens = std::min<int64_t>(B, s.length - b.index * B);
+    if (b.block < 0) {
+      b.state = "released";
+      s.blocks.push_back(std::move(b));
+      continue;
+    }
+    b.ref_count = bm.pool().ref_count(b.block);
+    const kvcache::BlockState state = bm.pool().state(b.block);
+    b.state = state == kvcache::BlockState::kInUse ? "in use" : state == kvcache::BlockState::kCached ? "cached" : "free";
+    b.hash = bm.index().contains(b.block) ? bm.index().hash(b.block) : 0;
+    b.shared = b.ref_count > 1;
+    if (tiers != nullptr && b.index >= first_loading) {
+      b.state = "loading";
+      int64_t k = b.index - first_loading;
+      for (const kvcache::TierRun& run : seq.load_runs) {
+        if (k < run.count) {
+          b.loaded_from = std::string(tiers->tier(run.tier).name());
+          break;
+        }
+        k -= run.count;
+      }
+    } else if (tiers != nullptr && b.hash != 0) {
+      const int from = engine_->loaded_from(b.block, b.hash);
+      if (from >= 0) b.loaded_from = std::string(tiers->tier(from).name());
+      const uint32_t held = tiers->holders_now(b.hash);
+      for (int t = 0; t < tiers->num_tiers(); ++t) {
+        if ((held >> t) & 1u) b.copies.emplace_back(tiers->tier(t).name());
+      }
+    }
+    s.blocks.push_back(std::move(b));
+  }
+  return s;
+}
+
 Result<RequestKv> ServingEngineImpl::request_kv(RequestId id) {
   Result<RequestKv> result = Status::not_found("no running or waiting request " + std::to_string(id) +
                                                " (finished requests are forgotten)");
@@ -141,36 +199,12 @@ Result<RequestKv> ServingEngineImpl::request_kv(RequestId id) {
       return;
     }
     const Request& r = *it->second;
-    const kvcache::BlockManager& bm = engine_->block_manager();
-    const int64_t B = engine_->kv_layout().block_size;
     RequestKv kv;
     kv.request = request_snapshot(r, now);
     for (const Choice& c : r.choices) {
       if (c.seq < 0) continue;
-      const SchedSequence& seq = scheduler_.get(c.seq);
-      SequenceKv s;
+      SequenceKv s = sequence_kv(scheduler_.get(c.seq));
       s.choice = c.index;
-      s.running = seq.running();
-      if (s.running) {
-        s.length = bm.length(seq.kv);
-        const std::vector<int32_t>& table = bm.block_table(seq.kv);
-        for (size_t j = 0; j < table.size(); ++j) {
-          BlockSnapshot b;
-          b.index = static_cast<int64_t>(j);
-          b.block = table[j];
-          b.num_tokens = std::min<int64_t>(B, s.length - b.index * B);
-          if (b.block < 0) {
-            b.state = "released";
-          } else {
-            b.ref_count = bm.pool().ref_count(b.block);
-            const kvcache::BlockState state = bm.pool().state(b.block);
-            b.state = state == kvcache::BlockState::kInUse ? "in use" : state == kvcache::BlockState::kCached ? "cached" : "free";
-            b.hash = bm.index().contains(b.block) ? bm.index().hash(b.block) : 0;
-            b.shared = b.ref_count > 1;
-          }
-          s.blocks.push_back(std::move(b));
-        }
-      }
       kv.sequences.push_back(std::move(s));
     }
     result = std::move(kv);
@@ -192,6 +226,10 @@ Result<KvExplanation> ServingEngineImpl::explain(const ExplainRequest& request) 
     c.prefix_caching = engine_->config().enable_prefix_caching;
     c.windowed = engine_->windowed();
     c.now_ns = clock_->now_ns();
+    if (kvcache::TierStack* tiers = engine_->tiers()) {
+      for (int t = 0; t < tiers->num_tiers(); ++t) c.tier_names.emplace_back(tiers->tier(t).name());
+      c.tier_holders = [tiers](kvcache::BlockHash hash) { return tiers->holders_now(hash); };
+    }
     out = explain_prefix(c, request.prompt, request.earlier_turns);
   });
   return out;

@@ -22,6 +22,21 @@ void ServingEngineImpl::set_cached_usage(Request& r, const SchedSequence& s) {
   }
 }
 
+void ServingEngineImpl::note_loaded_blocks(const SchedSequence& s) {
+  // The confirmed blocks follow the pool hit in the order of s.load_runs.
+  const kvcache::BlockManager& bm = engine_->block_manager();
+  const int64_t bs = engine_->kv_layout().block_size;
+  const std::vector<int32_t>& table = bm.block_table(s.kv);
+  int64_t j = s.admitted_pool / bs;
+  const int64_t end = s.admitted_cached / bs;
+  for (const kvcache::TierRun& run : s.load_runs) {
+    for (int64_t k = 0; k < run.count && j < end; ++k, ++j) {
+      const int32_t b = table[static_cast<size_t>(j)];
+      if (bm.index().contains(b)) engine_->note_loaded(b, run.tier, bm.index().hash(b));
+    }
+  }
+}
+
 void ServingEngineImpl::drain_inbox(bool* abort_all) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::swap(inbox_local_, inbox_);
@@ -198,6 +213,7 @@ bool ServingEngineImpl::step_locked_out() {
     loop_metrics_.prompt_tokens += r.usage.prompt_tokens;
   }
   for (const SchedSequence* s : plan.loaded) {  // a first admission's load is in: the final count
+    note_loaded_blocks(*s);
     auto owner = owners_.find(s->id);
     if (owner != owners_.end() && s->num_admissions == 1) set_cached_usage(*owner->second.request, *s);
   }

@@ -206,6 +206,13 @@ class BlockManager {
   int64_t evict_all_cached();
   // The pool blocks of seq being loaded (valid until finish_load).
   std::span<const int32_t> loading_blocks(SeqId seq) const;
+  // begin_load's preconditions on seq hold (cacheable, tokens known, not loading, every token
+  // committed, whole blocks): callers outside the engine (the C API) check before begin_load.
+  bool loadable(SeqId seq) const;
+  // The chained hash of seq's last committed full block (kRootBlockHash when none).
+  BlockHash last_block_hash(SeqId seq) const;
+  // Appends the loading blocks of every sequence to out (introspection: the block map).
+  void append_all_loading_blocks(std::vector<int32_t>& out) const;
   // Windows (see the top). Preconditions: seq not cacheable, j below the last block, block j
   // not a hole, and held by this table only (ref 1).
   void release_block(SeqId seq, int64_t j);

@@ -29,6 +29,26 @@ std::span<const int32_t> BlockManager::loading_blocks(SeqId seq) const {
   return std::span<const int32_t>(t.blocks).subspan(static_cast<size_t>(t.num_computed / bs));
 }
 
+bool BlockManager::loadable(SeqId seq) const {
+  const Table& t = table(seq);
+  const int64_t bs = pool_.layout().block_size;
+  return t.cacheable && t.tokens_known && !t.loading && t.num_computed == t.length && t.length % bs == 0 &&
+         static_cast<int64_t>(t.block_hashes.size()) == t.length / bs;
+}
+
+BlockHash BlockManager::last_block_hash(SeqId seq) const {
+  const Table& t = table(seq);
+  return t.block_hashes.empty() ? kRootBlockHash : t.block_hashes.back();
+}
+
+void BlockManager::append_all_loading_blocks(std::vector<int32_t>& out) const {
+  for (const auto& [seq, t] : tables_) {
+    if (!t.loading) continue;
+    const std::span<const int32_t> blocks = loading_blocks(seq);
+    out.insert(out.end(), blocks.begin(), blocks.end());
+  }
+}
+
 int64_t BlockManager::finish_load(SeqId seq, int64_t n_ok, std::span<const int32_t> record_tokens) {
   Table& t = table(seq);
   CHECK(t.loading) << "finish_load of sequence " << seq << ", which is not loading";

@@ -52,13 +52,28 @@ json snapshot_json(const engine::KvSnapshot& s) {
             {"usage_ratio", s.num_blocks > 0 ? static_cast<double>(s.blocks_in_use) / static_cast<double>(s.num_blocks) : 0.0}};
   if (!s.block_map.empty()) pool["block_map"] = s.block_map;
   json tiers = json::array();
-  for (const engine::TierSnapshot& t : s.tiers) {
-    tiers.push_back(json{{"tier", t.tier},
-                         {"medium", t.medium},
-                         {"capacity_blocks", t.capacity_blocks},
-                         {"used_blocks", t.used_blocks},
-                         {"hit_blocks", t.hit_blocks},
-                         {"evictions", t.evictions}});
+  for (size_t i = 0; i < s.tiers.size(); ++i) {
+    const engine::TierSnapshot& t = s.tiers[i];
+    json row{{"tier", t.tier},
+             {"medium", t.medium},
+             {"enabled", t.enabled},
+             {"capacity_blocks", t.capacity_blocks},
+             {"used_blocks", t.used_blocks},
+             {"hit_blocks", t.hit_blocks},
+             {"hit_tokens", t.hit_blocks * s.block_size},
+             {"evictions", t.evictions}};
+    if (i > 0) {  // a tier below the pool
+      row["lookups"] = t.lookups;
+      row["lookup_hit_blocks"] = t.lookup_hit_blocks;
+      row["offloaded_blocks"] = t.offloaded_blocks;
+      row["demoted_blocks"] = t.demoted_blocks;
+      row["bytes_read"] = t.bytes_read;
+      row["bytes_written"] = t.bytes_written;
+      row["failed_loads"] = t.failed_loads;
+      row["corrupt_records"] = t.corrupt_records;
+      row["faults"] = t.faults;
+    }
+    tiers.push_back(std::move(row));
   }
   const double hit_rate = m.prefix_queried_tokens > 0
                               ? static_cast<double>(m.prefix_hit_tokens) / static_cast<double>(m.prefix_queried_tokens)
@@ -90,6 +105,10 @@ json snapshot_json(const engine::KvSnapshot& s) {
               {"steps", s.steps},
               {"pool", pool},
               {"tiers", tiers},
+              {"tier_loads",
+               {{"load_decisions", s.tier_load_decisions},
+                {"recompute_decisions", s.tier_recompute_decisions},
+                {"in_flight", s.tier_loads_in_flight}}},
               {"prefix_cache", prefix},
               {"requests", {{"running", m.running}, {"waiting", m.waiting}, {"preemptions", m.preemptions}}},
               {"latency",
@@ -114,6 +133,8 @@ json request_kv_json(const engine::RequestKv& kv) {
                             {"ref_count", b.ref_count},
                             {"state", b.state},
                             {"tier", b.tier},
+                            {"copies", b.copies},
+                            {"loaded_from", b.loaded_from.empty() ? json(nullptr) : json(b.loaded_from)},
                             {"hash", b.hash != 0 ? json(hash_hex(b.hash)) : json(nullptr)},
                             {"tokens", b.num_tokens},
                             {"shared", b.shared}});

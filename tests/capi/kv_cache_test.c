@@ -1,5 +1,6 @@
 /* libpagoda_kv.so from C: a prompt is cached and hit, a fork shares blocks and copies on write,
  * the pool runs out and evicts, and calls out of protocol order get errors instead of aborts.
+ * ABI 1.1: evicted blocks go down into a host tier and are loaded back with their bytes.
  * Prints "N passed, M failed" and exits non-zero on a failure. */
 #include <pagoda/kv_cache.h>
 
@@ -52,6 +53,83 @@ static pagoda_kv_seq serve(pagoda_kv_cache* cache, const int32_t* tokens, size_t
   EXPECT(num_copies == 0);
   EXPECT(pagoda_kv_seq_commit(cache, seq) == PAGODA_KV_OK);
   return seq;
+}
+
+/* ABI 1.1: a host tier below the pool. A prompt's blocks are marked, evicted (offloaded),
+ * located in the tier, and loaded into a new sequence with the marks intact. */
+static void tiers(void) {
+  EXPECT(pagoda_kv_abi_minor() >= 1);
+  pagoda_kv_cache* cache = make_cache(8);
+  const pagoda_kv_namespace ns = {11, 22, 33};
+  pagoda_kv_tier_config tc;
+  memset(&tc, 0, sizeof(tc));
+  tc.struct_size = sizeof(tc);
+  tc.kind = PAGODA_KV_TIER_HOST;
+  tc.capacity_bytes = 1 << 20;
+  int32_t index = -1, num_tiers = -1;
+  EXPECT(pagoda_kv_tier_attach(cache, &tc, &index) == PAGODA_KV_OK && index == 0);
+  EXPECT(pagoda_kv_num_tiers(cache, &num_tiers) == PAGODA_KV_OK && num_tiers == 1);
+  tc.kind = PAGODA_KV_TIER_DISK; /* no dir */
+  EXPECT(pagoda_kv_tier_attach(cache, &tc, &index) == PAGODA_KV_INVALID_ARGUMENT);
+
+  int32_t prompt[3 * kBlock + 1];
+  for (int i = 0; i < 3 * kBlock + 1; ++i) prompt[i] = 500 + 3 * i;
+  int64_t cached = -1;
+  pagoda_kv_seq seq = serve(cache, prompt, 3 * kBlock + 1, &ns, &cached);
+  int32_t table[8];
+  size_t n_table = 0;
+  EXPECT(pagoda_kv_seq_block_table(cache, seq, table, 8, &n_table) == PAGODA_KV_OK && n_table == 4);
+  for (int j = 0; j < 3; ++j) {
+    void* k = NULL;
+    size_t bytes = 0;
+    EXPECT(pagoda_kv_block_memory(cache, table[j], 1, 1, &k, &bytes) == PAGODA_KV_OK);
+    ((unsigned char*)k)[bytes - 1] = (unsigned char)(0x40 + j); /* the "KV" the engine wrote */
+  }
+  EXPECT(pagoda_kv_seq_free(cache, seq) == PAGODA_KV_OK);
+  int64_t evicted = -1;
+  EXPECT(pagoda_kv_evict_cached(cache, &evicted) == PAGODA_KV_OK && evicted == 3);
+  int32_t where[8];
+  size_t n_where = 0;
+  EXPECT(pagoda_kv_locate(cache, prompt, 3 * kBlock + 1, &ns, where, 8, &n_where) == PAGODA_KV_OK);
+  EXPECT(n_where == 3 && where[0] == 1 && where[1] == 1 && where[2] == 1); /* all in tier 0 */
+  const pagoda_kv_namespace other = {11, 22, 34};
+  EXPECT(pagoda_kv_locate(cache, prompt, 3 * kBlock + 1, &other, where, 8, &n_where) == PAGODA_KV_OK && n_where == 0);
+
+  /* Load: a new sequence adopts the (empty) pool match, then reads the blocks from the tier. */
+  pagoda_kv_match* match = NULL;
+  EXPECT(pagoda_kv_match_prefix(cache, prompt, 3 * kBlock + 1, &ns, &match, &cached) == PAGODA_KV_OK && cached == 0);
+  pagoda_kv_seq again = -1;
+  EXPECT(pagoda_kv_seq_add(cache, 4 * kBlock, &ns, 0, &again) == PAGODA_KV_OK);
+  EXPECT(pagoda_kv_seq_adopt(cache, again, match) == PAGODA_KV_OK);
+  int64_t loaded = -1, length = -1, computed = -1;
+  EXPECT(pagoda_kv_seq_load(cache, again, prompt, 3 * kBlock + 1, &loaded) == PAGODA_KV_OK && loaded == 3 * kBlock);
+  EXPECT(pagoda_kv_seq_length(cache, again, &length, &computed) == PAGODA_KV_OK && length == 3 * kBlock && computed == length);
+  EXPECT(pagoda_kv_seq_block_table(cache, again, table, 8, &n_table) == PAGODA_KV_OK && n_table == 3);
+  for (int j = 0; j < 3; ++j) {
+    void* k = NULL;
+    size_t bytes = 0;
+    EXPECT(pagoda_kv_block_memory(cache, table[j], 1, 1, &k, &bytes) == PAGODA_KV_OK);
+    EXPECT(((unsigned char*)k)[bytes - 1] == 0x40 + j); /* the bytes came back from the tier */
+  }
+  EXPECT(pagoda_kv_locate(cache, prompt, 3 * kBlock + 1, &ns, where, 8, &n_where) == PAGODA_KV_OK);
+  EXPECT(n_where == 3 && where[0] == 0 && where[2] == 0); /* in the pool again */
+  pagoda_kv_tier_stats ts;
+  memset(&ts, 0, sizeof(ts));
+  ts.struct_size = sizeof(ts);
+  EXPECT(pagoda_kv_get_tier_stats(cache, 0, &ts) == PAGODA_KV_OK);
+  EXPECT(strcmp(ts.name, "host") == 0 && ts.enabled == 1);
+  EXPECT(ts.offloaded_blocks == 3 && ts.loaded_blocks == 3 && ts.used_blocks == 3 && ts.bytes_read > 0);
+  EXPECT(ts.capacity_blocks > 3 && ts.corrupt_records == 0);
+  EXPECT(pagoda_kv_get_tier_stats(cache, 1, &ts) == PAGODA_KV_INVALID_ARGUMENT);
+
+  /* Out of protocol order: a load into a sequence with an uncommitted token. */
+  int64_t slot = 0;
+  pagoda_kv_block_copy copy;
+  int32_t num_copies = 0;
+  EXPECT(pagoda_kv_seq_append(cache, again, prompt + 3 * kBlock, 1, &slot, &copy, &num_copies) == PAGODA_KV_OK);
+  EXPECT(pagoda_kv_seq_load(cache, again, prompt, 3 * kBlock + 1, &loaded) == PAGODA_KV_INVALID_ARGUMENT);
+  EXPECT(pagoda_kv_check_integrity(cache) == PAGODA_KV_OK);
+  pagoda_kv_destroy(cache);
 }
 
 int main(void) {
@@ -147,6 +225,7 @@ int main(void) {
   EXPECT(pagoda_kv_match_prefix(cache, prompt, 40, &ns, &left, &cached) == PAGODA_KV_OK);
   pagoda_kv_destroy(cache);
 
+  tiers();
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """libpagoda_kv.so from Python through ctypes (no pip): an engine's whole protocol against the C
-API. Usage: kv_cache_test.py PATH/TO/libpagoda_kv.so. Prints "N passed, M failed"."""
+API, and (ABI 1.1) tiers: a host tier over an SSD tier, demotion, locate and load.
+Usage: kv_cache_test.py PATH/TO/libpagoda_kv.so. Prints "N passed, M failed"."""
 import ctypes as C
 import random
+import shutil
 import sys
+import tempfile
 
 lib = C.CDLL(sys.argv[1])
 
@@ -34,6 +37,20 @@ class Stats(C.Structure):
         "bytes_per_block")]
 
 
+class TierConfig(C.Structure):
+    _fields_ = [("struct_size", C.c_uint32), ("kind", C.c_int32), ("capacity_bytes", C.c_int64),
+                ("dir", C.c_char_p), ("write_through", C.c_int32), ("model_fingerprint", C.c_uint64),
+                ("kv_format", C.c_uint64)]
+
+
+class TierStats(C.Structure):
+    _fields_ = [("struct_size", C.c_uint32), ("name", C.c_char * 16), ("enabled", C.c_int32)] + [
+        (n, C.c_int64) for n in ("capacity_blocks", "used_blocks", "lookups", "lookup_hit_blocks", "offloaded_blocks",
+                                 "demoted_blocks", "loaded_blocks", "failed_loads", "bytes_written", "bytes_read",
+                                 "evictions", "corrupt_records", "faults")]
+
+
+HOST, DISK = 0, 1
 P = C.POINTER
 cache_p, match_p = C.c_void_p, C.c_void_p
 lib.pagoda_kv_abi_version.restype = C.c_uint32
@@ -62,6 +79,14 @@ lib.pagoda_kv_copy_block.argtypes = [cache_p, C.c_int32, C.c_int32]
 lib.pagoda_kv_block_state.argtypes = [cache_p, C.c_int32, P(C.c_int32), P(C.c_int32)]
 lib.pagoda_kv_get_stats.argtypes = [cache_p, P(Stats)]
 lib.pagoda_kv_check_integrity.argtypes = [cache_p]
+lib.pagoda_kv_abi_minor.restype = C.c_uint32
+lib.pagoda_kv_tier_attach.argtypes = [cache_p, P(TierConfig), P(C.c_int32)]
+lib.pagoda_kv_num_tiers.argtypes = [cache_p, P(C.c_int32)]
+lib.pagoda_kv_get_tier_stats.argtypes = [cache_p, C.c_int32, P(TierStats)]
+lib.pagoda_kv_evict_cached.argtypes = [cache_p, P(C.c_int64)]
+lib.pagoda_kv_locate.argtypes = [cache_p, P(C.c_int32), C.c_size_t, P(Namespace), P(C.c_int32), C.c_size_t,
+                                 P(C.c_size_t)]
+lib.pagoda_kv_seq_load.argtypes = [cache_p, C.c_int64, P(C.c_int32), C.c_size_t, P(C.c_int64)]
 
 passed = failed = 0
 
@@ -236,6 +261,91 @@ expect(s.num_evictions > 0 and s.num_hit_tokens > 0, "the loop both hit and evic
 expect(s.num_free + s.num_in_use + s.num_cached == s.num_blocks, "every block is accounted for")
 live_match, _ = kv.match(prefixes[0] + [1], ns)  # left pinned on purpose: destroy releases it
 kv.close()
+
+# Tiers (ABI 1.1): a host tier too small for a prompt over an SSD tier. The pool evicts the
+# prompt's blocks into the host tier, which demotes them to the disk; locate names the tier of
+# each block, and a load brings them back, bytes intact.
+expect(lib.pagoda_kv_abi_minor() >= 1, "ABI minor 1: tiers")
+
+
+def attach(kv, kind, capacity, directory=None):
+    c = TierConfig(C.sizeof(TierConfig), kind, capacity, directory, 0, ns.model_fingerprint, ns.kv_format)
+    index = C.c_int32(-1)
+    status = lib.pagoda_kv_tier_attach(kv.h, C.byref(c), C.byref(index))
+    return status, index.value
+
+
+def tier_stats(kv, tier):
+    st = TierStats()
+    st.struct_size = C.sizeof(TierStats)
+    expect(lib.pagoda_kv_get_tier_stats(kv.h, tier, C.byref(st)) == OK, "tier stats")
+    return st
+
+
+def locate(kv, tokens, namespace):
+    arr = (C.c_int32 * len(tokens))(*tokens)
+    where, n = (C.c_int32 * 64)(), C.c_size_t()
+    expect(lib.pagoda_kv_locate(kv.h, arr, len(tokens), C.byref(namespace), where, 64, C.byref(n)) == OK, "locate")
+    return list(where)[:n.value]
+
+
+disk_dir = tempfile.mkdtemp(prefix="pagoda-capi-disk-")
+try:
+    kv = KvCache(num_blocks=16)
+    expect(attach(kv, HOST, 3 * kv.stats().bytes_per_block) == (OK, 0), "attach a host tier")
+    host_blocks = tier_stats(kv, 0).capacity_blocks
+    expect(1 <= host_blocks < 3, "a host tier of %d blocks (want 1 or 2)" % host_blocks)
+    expect(attach(kv, DISK, 1 << 22, disk_dir.encode()) == (OK, 1), "attach a disk tier below it")
+    expect(attach(kv, DISK, 1 << 22, None)[0] == INVALID, "a disk tier needs a directory")
+    num = C.c_int32()
+    expect(lib.pagoda_kv_num_tiers(kv.h, C.byref(num)) == OK and num.value == 2, "two tiers")
+    prompt = [rng.randrange(1000) for _ in range(5 * 16 + 3)]
+    seq, cached, _ = kv.serve(prompt, ns)
+    expect(cached == 0, "a cold prompt")
+    table = kv.table(seq)
+    for j in range(5):
+        kv.block(table[j], 0, 0)[0] = 0x30 + j  # the KV the engine wrote
+    expect(lib.pagoda_kv_seq_free(kv.h, seq) == OK, "free")
+    evicted = C.c_int64()
+    expect(lib.pagoda_kv_evict_cached(kv.h, C.byref(evicted)) == OK and evicted.value == 5, "evict 5 blocks")
+    where = locate(kv, prompt, ns)
+    expect(len(where) == 5 and set(where) <= {1, 2} and 2 in where, "in the tiers, some on the disk: %s" % where)
+    expect(where.count(1) == host_blocks, "the host tier holds the last ones: %s" % where)
+    expect(locate(kv, prompt, tenant) == [], "another namespace finds nothing")
+    host, disk = tier_stats(kv, 0), tier_stats(kv, 1)
+    expect(host.name == b"host" and disk.name == b"disk", "tier names")
+    expect(host.offloaded_blocks == 5 and disk.demoted_blocks == 5 - host_blocks, "offloaded, then demoted")
+    expect(disk.used_blocks == 5 - host_blocks and disk.bytes_written > 0, "the disk holds the demoted ones")
+    m, cached = kv.match(prompt, ns)
+    seq = kv.add(len(prompt) + 16, ns)
+    expect(lib.pagoda_kv_seq_adopt(kv.h, seq, m) == OK and cached == 0, "adopt the empty pool match")
+    arr = (C.c_int32 * len(prompt))(*prompt)
+    loaded = C.c_int64()
+    expect(lib.pagoda_kv_seq_load(kv.h, seq, arr, len(prompt), C.byref(loaded)) == OK, "load")
+    expect(loaded.value == 5 * 16 and kv.length(seq) == (80, 80), "loaded 5 blocks: %d" % loaded.value)
+    table = kv.table(seq)
+    expect([kv.block(table[j], 0, 0)[0] for j in range(5)] == [0x30 + j for j in range(5)], "bytes intact")
+    expect(locate(kv, prompt, ns) == [0] * 5, "in the pool now")
+    host, disk = tier_stats(kv, 0), tier_stats(kv, 1)
+    expect(host.loaded_blocks + disk.loaded_blocks == 5 and disk.loaded_blocks == 5 - host_blocks, "loaded from both")
+    expect(disk.bytes_read > 0 and disk.corrupt_records == 0 and disk.failed_loads == 0, "disk reads verified")
+    status, _, _ = kv.append(seq, prompt[80:])
+    expect(status == OK and lib.pagoda_kv_seq_commit(kv.h, seq) == OK, "compute the tail after the load")
+    wrong = list(prompt)
+    wrong[3] += 1
+    warr = (C.c_int32 * len(wrong))(*wrong)
+    m2, _ = kv.match(prompt[:17], ns)
+    seq2 = kv.add(200, ns)
+    expect(lib.pagoda_kv_seq_adopt(kv.h, seq2, m2) == OK, "adopt one block")
+    expect(lib.pagoda_kv_seq_load(kv.h, seq2, warr, len(wrong), C.byref(loaded)) == INVALID,
+           "tokens that are not the sequence's")
+    bad_stats = TierStats()
+    bad_stats.struct_size = 8
+    expect(lib.pagoda_kv_get_tier_stats(kv.h, 0, C.byref(bad_stats)) == ABI_MISMATCH, "stats struct size")
+    kv.intact()
+    kv.close()
+finally:
+    shutil.rmtree(disk_dir, ignore_errors=True)
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(0 if failed == 0 else 1)

@@ -4,11 +4,16 @@
 // Also: the usage breakdown by tier, a corrupt SSD record (a miss, counted, output equal to
 // cold), a load forced off by the cost model, and loads driven step by step through a
 // FakeTier (the sequence joins the batch only when its blocks are in; aborting it mid-load).
+// Introspection over the tiers: explain names the tier of each hitting block and its hit count
+// is what the request then reports as cached_tokens; snapshots have a row per tier; a request's
+// blocks show "loading" and where they were loaded from.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 
+#include "engine/introspection.h"
 #include "fake_tier.h"
 #include "kvcache/disk_tier.h"
 #include "kvcache/host_tier.h"
@@ -39,6 +44,15 @@ engine::CompletionRequest completion(const std::vector<int32_t>& prompt, int64_t
 
 class ServingTiers : public ::testing::Test {
  protected:
+  // The id of the one request the engine holds.
+  static engine::RequestId rec_id(engine::ServingEngine&, engine::KvIntrospector& kv) {
+    const engine::KvSnapshot snap = kv.snapshot({});
+    CHECK(snap.requests.size() == 1u);
+    return snap.requests[0].id;
+  }
+  // Explains the story under these tiers (after churn), runs it, and checks that explain's hit
+  // tokens per tier are what the request reports, and the dump names where blocks came from.
+  void explain_then_run(engine::ServingEngine& se, std::string_view expect_tier);
   void SetUp() override { s_ = testing::load_stories(); }
 
   // An engine whose pool holds `pool_blocks` blocks, with the given tiers below it.
@@ -249,6 +263,23 @@ TEST_F(ServingTiers, ALoadingSequenceWaitsForItsBlocksAndCanBeAborted) {
   f->complete_all();  // the lookup: admitted, its blocks loading
   se->step();
   EXPECT_EQ(se->metrics().running, 1);
+  {
+    engine::KvIntrospector& kv = *se->introspector();
+    const engine::RequestKv dumped = kv.request_kv(rec_id(*se, kv)).value();
+    EXPECT_EQ(dumped.request.state, "loading");
+    int64_t loading = 0;
+    for (const engine::BlockSnapshot& b : dumped.sequences.at(0).blocks) {
+      if (b.state != "loading") continue;
+      ++loading;
+      EXPECT_EQ(b.loaded_from, "fake");
+    }
+    EXPECT_GT(loading, 0);
+    const engine::KvSnapshot snap = kv.snapshot({});
+    EXPECT_EQ(snap.blocks_loading, loading);
+    EXPECT_EQ(std::count(snap.block_map.begin(), snap.block_map.end(), engine::kBlockLoading), loading);
+    EXPECT_EQ(snap.tier_loads_in_flight, 1);
+    EXPECT_EQ(snap.requests.at(0).state, "loading");
+  }
   for (int i = 0; i < 3; ++i) {
     se->step();
     se->check_integrity();
@@ -281,6 +312,87 @@ TEST_F(ServingTiers, ALoadingSequenceWaitsForItsBlocksAndCanBeAborted) {
   f->complete_all();
   se->step();
   testing::expect_clean(*se);
+}
+
+void ServingTiers::explain_then_run(engine::ServingEngine& se, std::string_view expect_tier) {
+  engine::KvIntrospector& kv = *se.introspector();
+  const std::vector<int32_t> p = story();
+  run(se, p);
+  churn(se);
+  engine::ExplainRequest ask;
+  ask.prompt = p;
+  const engine::KvExplanation e = kv.explain(ask).value();
+  const int64_t B = e.block_size;
+  EXPECT_EQ(e.cause, engine::ExplainCause::kFullHit) << e.detail;
+  EXPECT_EQ(e.hit_tokens, e.cacheable_tokens);
+  int64_t from_expected = -1;
+  for (const engine::TierHit& t : e.tiers) {
+    if (t.tier == expect_tier) from_expected = t.tokens;
+  }
+  EXPECT_GT(from_expected, 0) << "explain names the " << expect_tier << " tier: " << e.detail;
+  EXPECT_NE(e.detail.find(std::string(expect_tier)), std::string::npos) << e.detail;
+  for (const engine::ExplainBlock& b : e.blocks) EXPECT_NE(b.where, "miss");
+  // The request: admitted, its blocks load, then it computes; the dump says where they came from.
+  auto rec = std::make_shared<Recorder>();
+  const engine::RequestId id = se.submit(completion(p, 24), rec).value();
+  int64_t loaded_blocks = -1;
+  for (int i = 0; i < 10000 && !rec->finished(); ++i) {
+    se.step();
+    auto dumped = kv.request_kv(id);
+    if (!dumped.is_ok() || dumped->request.state == "loading" || dumped->request.state == "waiting") continue;
+    loaded_blocks = 0;
+    for (const engine::BlockSnapshot& b : dumped->sequences.at(0).blocks) {
+      if (b.loaded_from.empty()) continue;
+      ++loaded_blocks;
+      EXPECT_FALSE(b.copies.empty()) << "tiers are inclusive: a loaded block keeps a copy below";
+    }
+    break;
+  }
+  testing::run_to_end(se);
+  ASSERT_TRUE(rec->finished());
+  EXPECT_EQ(rec->choice(0).tokens, reference(p, 24));
+  EXPECT_EQ(rec->usage().cached_tokens, e.hit_tokens) << "explain's count is what admission then found";
+  int64_t loaded_tokens = 0;
+  for (const engine::TierHit& t : e.tiers) {
+    EXPECT_EQ(cached_from(*rec, t.tier), t.tokens) << t.tier;
+    if (t.tier != "pool") loaded_tokens += t.tokens;
+  }
+  EXPECT_EQ(loaded_blocks * B, loaded_tokens);
+  // Snapshot rows: the pool, then each tier, with the tier's own numbers.
+  const engine::KvSnapshot snap = kv.snapshot({});
+  const engine::ServingMetrics m = se.metrics();
+  ASSERT_EQ(snap.tiers.size(), 1 + m.tiers.size());
+  EXPECT_EQ(snap.tiers[0].tier, "pool");
+  for (size_t t = 0; t < m.tiers.size(); ++t) {
+    const engine::TierSnapshot& row = snap.tiers[t + 1];
+    EXPECT_EQ(row.tier, m.tiers[t].name);
+    EXPECT_EQ(row.capacity_blocks, m.tiers[t].capacity_blocks);
+    EXPECT_EQ(row.used_blocks, m.tiers[t].used_blocks);
+    EXPECT_EQ(row.hit_blocks * B, m.tiers[t].hit_tokens);
+    EXPECT_EQ(row.bytes_read, m.tiers[t].bytes_read);
+    EXPECT_EQ(row.bytes_written, m.tiers[t].bytes_written);
+    EXPECT_EQ(row.corrupt_records, 0);
+  }
+  EXPECT_GT(snap.tier_load_decisions, 0);
+  EXPECT_EQ(snap.tier_load_decisions, m.tier_load_decisions);
+  testing::expect_clean(se);
+}
+
+TEST_F(ServingTiers, ExplainNamesTheHostTierAndItsCountIsTheRequestsCachedTokens) {
+  std::vector<std::unique_ptr<kvcache::Tier>> tiers;
+  tiers.push_back(host(64));
+  auto se = make(8, std::move(tiers));
+  explain_then_run(*se, "host");
+}
+
+TEST_F(ServingTiers, ExplainNamesTheDiskTierForBlocksDemotedFromTheHost) {
+  TempDir dir;
+  std::vector<std::unique_ptr<kvcache::Tier>> tiers;
+  tiers.push_back(host(2));  // too small: the story's blocks are demoted on to the disk
+  tiers.push_back(disk(dir.path, 64));
+  auto se = make(8, std::move(tiers));
+  explain_then_run(*se, "disk");
+  EXPECT_GT(se->metrics().tiers.at(1).demoted_blocks, 0);
 }
 
 }  // namespace

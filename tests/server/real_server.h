@@ -76,6 +76,7 @@ class RealServerTest : public ::testing::Test {
     configure_engine(config);
     auto eng = engine::Engine::create(std::move(model).value(), config, clock_, logger_);
     ASSERT_TRUE(eng.is_ok()) << eng.status().message();
+    attach_tiers(**eng);
     if (kv_events_) {  // as `pagoda serve --kv-events-config` wires them
       events::KvEventsConfig ec;
       ec.enable_kv_cache_events = true;
@@ -127,6 +128,7 @@ class RealServerTest : public ::testing::Test {
   virtual void configure(server::ServerConfig&) {}
   virtual void configure_serving(engine::ServingConfig&) {}
   virtual void configure_engine(engine::EngineConfig&) {}
+  virtual void attach_tiers(engine::Engine&) {}  // KV tiers below the pool (none by default)
   virtual server::ChatFamily chat_family() const { return server::ChatFamily::kChatML; }
 
   // No request running or waiting, no block held: everything a request took was given back.

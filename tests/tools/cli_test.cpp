@@ -185,6 +185,15 @@ TEST(Cli, ParallelSamplesShareBlocksAndKvDumpShowsThem) {
   EXPECT_NE(d.out.find("K[l0,h0,slot0] ="), std::string::npos) << d.out;
 }
 
+TEST(Cli, KvDumpNamesTheTiersHoldingEachBlock) {
+  // Write-through: every committed block is in the host tier at once, and the dump says so.
+  Output d = pagoda("run -m " + stories("stories260K.gguf") +
+                    " -p 'Once upon a time, there was a little girl named Lily. She loved to play outside.' -n 4 "
+                    "--temp 0 --kv-host-mem 1M --kv-offload write-through --kv-dump");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.out.find("tiers pool+host"), std::string::npos) << d.out;
+}
+
 TEST(Cli, BenchPrefixTtftServesThePrefixFromCache) {
   Output o = pagoda("bench -m " + stories("stories260K.gguf") + " --prefix-ttft 64 -r 1 --json");
   ASSERT_EQ(o.exit_code, 0) << o.err;

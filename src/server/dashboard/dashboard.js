@@ -148,8 +148,34 @@
         cell(tr, v);
         tr.lastChild.dataset.value = String(v);
       }
+      for (const v of [t.bytes_read || 0, t.bytes_written || 0, t.corrupt_records || 0]) {
+        cell(tr, t.tier === 'pool' ? '–' : (v >= 1048576 ? (v / 1048576).toFixed(1) + ' MiB' :
+          v >= 1024 ? (v / 1024).toFixed(1) + ' KiB' : String(v)));
+        tr.lastChild.dataset.value = String(v);
+      }
       body.appendChild(tr);
     }
+  }
+
+  // Under the block map: the blocks each tier holds (the pool's map is drawn; the tiers below
+  // it are counted), and the pool blocks loading from them.
+  function renderTierCounts(s) {
+    const el = $('tier-counts');
+    el.replaceChildren();
+    for (const t of s.tiers) {
+      const span = document.createElement('span');
+      span.className = 'tier-count';
+      span.dataset.tier = t.tier;
+      span.dataset.value = String(t.used_blocks);
+      span.textContent = t.tier + ' ' + t.used_blocks + ' of ' + t.capacity_blocks + ' blocks';
+      el.appendChild(span);
+      el.appendChild(document.createTextNode(' · '));
+    }
+    const loading = document.createElement('span');
+    loading.id = 'v-loading';
+    loading.dataset.value = String(s.pool.loading);
+    loading.textContent = s.pool.loading + ' loading';
+    el.appendChild(loading);
   }
 
   function interval(s, p) {
@@ -194,6 +220,7 @@
       pool.kv_dtype + '/' + pool.kv_layout + ', ' + (pool.bytes_per_block / 1024).toFixed(1) + ' KiB each, ' +
       'eviction ' + s.prefix_cache.policy;
     renderTiers(s.tiers);
+    renderTierCounts(s);
     if (pool.block_map !== undefined) drawBlockMap(pool.block_map);
     history.push(interval(s, previous));
     if (history.length > kHistory) history.shift();

@@ -1,4 +1,4 @@
-// node check_dashboard.mjs URL OUT_DIR [API_KEY]
+// node check_dashboard.mjs URL OUT_DIR [--tiers=host,disk] [API_KEY]
 //
 // Opens URL/dashboard in headless Debian Chromium (puppeteer-core drives /usr/bin/chromium),
 // puts the server under load (8 concurrent streaming completions that share a prefix, until the
@@ -14,7 +14,13 @@
 import path from 'node:path';
 import { parseMetrics, sleep, withPage } from './browser.mjs';
 
-const [url, outDir, apiKey] = process.argv.slice(2);
+// Optional after OUT_DIR: --tiers=host,disk (the server has these tiers below the pool: the
+// tier rows must name them and show blocks written), and the API key.
+const args = process.argv.slice(2);
+const [url, outDir] = args;
+const tiersArg = args.slice(2).find((a) => a.startsWith('--tiers='));
+const expectTiers = tiersArg ? tiersArg.slice('--tiers='.length).split(',').filter((t) => t) : [];
+const apiKey = args.slice(2).find((a) => !a.startsWith('--'));
 if (!url || !outDir) {
   console.error('usage: node check_dashboard.mjs URL OUT_DIR [API_KEY]');
   process.exit(2);
@@ -124,6 +130,8 @@ try {
         for (const el of document.querySelectorAll('[id^="v-"]')) v[el.id] = { value: el.dataset.value, text: el.textContent };
         v.rows = document.querySelectorAll('#requests tbody tr').length;
         v.prefixRows = [...document.querySelectorAll('#prefixes tbody tr')].map((tr) => [...tr.children].map((td) => td.textContent));
+        v.tierCounts = [...document.querySelectorAll('#tier-counts .tier-count')].map((el) =>
+          [el.dataset.tier, Number(el.dataset.value)]);
         v.tierRows = [...document.querySelectorAll('#tiers tbody tr')].map((tr) =>
           [tr.dataset.tier, ...[...tr.children].slice(3).map((td) => Number(td.dataset.value))]);
         return v;
@@ -166,8 +174,19 @@ try {
     }
     // The tiers table: one row per /v1/kv/stats tier, in order, with its numbers.
     check(JSON.stringify(dom.tierRows) === JSON.stringify(stats.tiers.map((t) =>
-      [t.tier, t.used_blocks, t.capacity_blocks, t.hit_blocks, t.evictions])),
+      [t.tier, t.used_blocks, t.capacity_blocks, t.hit_blocks, t.evictions, t.bytes_read || 0, t.bytes_written || 0,
+        t.corrupt_records || 0])),
     'tier rows ' + JSON.stringify(dom.tierRows) + ' vs ' + JSON.stringify(stats.tiers));
+    // The counts by tier under the block map, and the loading count.
+    check(JSON.stringify(dom.tierCounts) === JSON.stringify(stats.tiers.map((t) => [t.tier, t.used_blocks])),
+      'tier counts ' + JSON.stringify(dom.tierCounts) + ' vs ' + JSON.stringify(stats.tiers));
+    same('v-loading', stats.pool.loading, 'stats');
+    if (expectTiers.length > 0) {
+      check(JSON.stringify(stats.tiers.map((t) => t.tier)) === JSON.stringify(['pool', ...expectTiers]),
+        'tiers ' + JSON.stringify(stats.tiers.map((t) => t.tier)) + ', want pool + ' + expectTiers.join(','));
+      check(stats.tiers.slice(1).every((t) => t.used_blocks > 0 && t.bytes_written > 0),
+        'every tier below the pool holds blocks after the load: ' + JSON.stringify(stats.tiers.slice(1)));
+    }
     check(dom.tierRows.length >= 1 && dom.tierRows[0][0] === 'pool' &&
       dom.tierRows[0][1] === stats.pool.in_use + stats.pool.cached, 'the pool row: ' + JSON.stringify(dom.tierRows[0]));
     check(stats.pool.block_map === undefined || stats.pool.block_map.length === stats.pool.num_blocks, 'block map length');
