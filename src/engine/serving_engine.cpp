@@ -50,6 +50,9 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::create(std::unique_ptr<Eng
                                     " KV tokens, more than the KV cache (" +
                                     std::to_string(engine->kv_plan().token_capacity) + "); raise --kv-cache-mem");
   }
+  if (engine->config().kv_select.on()) {  // the scheduler does not run selection yet
+    return Status::invalid_argument("--kv-select is not served yet (pagoda run and pagoda perplexity take it)");
+  }
   if (tokenizer->vocab_size() > engine->model().config().n_vocab) {
     return Status::invalid_argument("the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
                                     " tokens, more than the model's " + std::to_string(engine->model().config().n_vocab));
