@@ -198,6 +198,7 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
     if (!created.is_ok()) return fail(created.status());
     publisher = std::move(created).value();
     loaded->engine->block_manager().add_listener(publisher.get());
+    if (kvcache::TierStack* tiers = loaded->engine->tiers()) tiers->set_event_listener(publisher.get());  // "CPU", "DISK"
     if (!o.engine.no_prefix_cache) {
       logger.info("KV events: publishing on " + publisher->endpoint() +
                   (publisher->replay_endpoint().empty() ? "" : ", replay on " + publisher->replay_endpoint()));
@@ -252,6 +253,10 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   serving_config.max_num_batched_tokens = o.max_num_batched_tokens;
   serving_config.max_waiting = o.max_waiting;
   serving_config.max_pinned_share = o.max_pinned_share;
+  serving_config.preemption = *engine::preemption_mode_from_name(o.engine.preemption);  // checked by the flag
+  if (const store::RedisTier* remote = find_kv_remote_tier(eng)) {  // --kv-remote (tools/kv_remote.h)
+    config.extra_metrics = [remote](std::string& out) { append_kv_remote_metrics(*remote, out); };
+  }
   const std::string eng_description = describe_model(eng);
   auto serving = engine::ServingEngine::create(std::move(loaded->engine), tokenizer, serving_config);
   if (!serving.is_ok()) return fail(serving.status());

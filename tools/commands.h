@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "model/tokenizer.h"
+#include "tools/kv_remote.h"
 
 namespace pagoda::tools {
 
@@ -38,6 +39,8 @@ struct EngineOptions {
   std::string kv_disk_dir, kv_disk_mem;  // both or neither
   std::string kv_offload = "write-back";
   std::string kv_load = "auto";          // auto | load | recompute
+  std::string preemption = "recompute";  // recompute | swap (the serving loop; engine/scheduler.h)
+  KvRemoteOptions kv_remote;             // --kv-remote (tools/kv_remote.h): the last tier, on Redis
 };
 
 void add_engine_options(CLI::App& app, EngineOptions& options);

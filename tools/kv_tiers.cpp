@@ -1,7 +1,8 @@
 // The tiers below the KV pool, from the flags (--kv-host-mem, --kv-disk-dir, --kv-disk-mem,
-// --kv-offload, --kv-load): creates the host DRAM tier and the SSD tier and attaches them to the
-// engine (fastest first), logging each tier's capacity in blocks and tokens. A directory that
-// is missing, unwritable, full or in use is an error here, at start-up.
+// --kv-offload, --kv-load, --kv-remote*): creates the host DRAM tier, the SSD tier and the remote
+// tier on Redis (tools/kv_remote.cpp) and attaches them to the engine (fastest first), logging
+// each tier's capacity in blocks and tokens. A directory that is missing, unwritable, full or in
+// use is an error here, at start-up.
 #include "kvcache/disk_tier.h"
 #include "kvcache/host_tier.h"
 #include "tools/commands.h"
@@ -23,6 +24,12 @@ void add_tier_options(CLI::App& app, EngineOptions& o) {
                  "auto: load a prefix from a tier when the cost model says it beats recomputing; load: always; "
                  "recompute: never")
       ->check(CLI::IsMember({"auto", "load", "recompute"}));
+  // Swap preemption (the serving loop's; `run` serves one request at a time and never preempts).
+  app.add_option("--preemption", o.preemption,
+                 "a request preempted for lack of KV blocks: recompute its KV later, or swap its blocks into the host "
+                 "tier (--kv-host-mem) and load them back")
+      ->check(CLI::IsMember({"recompute", "swap"}));
+  add_kv_remote_options(app, o.kv_remote);  // --kv-remote* (tools/kv_remote.cpp)
 }
 
 Status attach_kv_tiers(const EngineOptions& o, engine::Engine& eng, const Clock& clock, const Logger& logger) {
@@ -38,8 +45,11 @@ Status attach_kv_tiers(const EngineOptions& o, engine::Engine& eng, const Clock&
     return Status::invalid_argument("--kv-disk-dir needs --kv-disk-mem (the space the SSD tier may take), e.g. 20G");
   }
   if (o.kv_disk_dir.empty() && disk_bytes > 0) return Status::invalid_argument("--kv-disk-mem needs --kv-disk-dir");
-  if (host_bytes == 0 && o.kv_disk_dir.empty()) return Status::ok();
-  if (o.no_prefix_cache) return Status::invalid_argument("KV tiers (--kv-host-mem, --kv-disk-dir) need the prefix cache");
+  const bool remote = !o.kv_remote.urls.empty();  // --kv-remote (tools/kv_remote.cpp)
+  if (host_bytes == 0 && o.kv_disk_dir.empty() && !remote) return Status::ok();
+  if (o.no_prefix_cache) {
+    return Status::invalid_argument("KV tiers (--kv-host-mem, --kv-disk-dir, --kv-remote) need the prefix cache");
+  }
   const kvcache::KvLayout& layout = eng.kv_layout();
   std::vector<std::unique_ptr<kvcache::Tier>> tiers;
   std::vector<bool> write_through;
@@ -67,6 +77,13 @@ Status attach_kv_tiers(const EngineOptions& o, engine::Engine& eng, const Clock&
     tiers.push_back(std::move(disk).value());
     write_through.push_back(true);  // persistent: what was computed survives a SIGKILL
   }
+  // ---- remote tier (--kv-remote, tools/kv_remote.cpp): last, below host and disk ----
+  if (remote) {
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<kvcache::Tier> redis, make_kv_remote_tier(o.kv_remote, eng, clock, logger));
+    tiers.push_back(std::move(redis));
+    write_through.push_back(true);  // shared: another instance finds a prefix once it is computed
+  }
+  // ---- end remote tier ----
   const auto offload = kvcache::offload_mode_from_name(o.kv_offload);
   if (!offload) return Status::invalid_argument("unknown --kv-offload '" + o.kv_offload + "'");
   engine::LoadCostModel::Mode mode = engine::LoadCostModel::Mode::kAuto;

@@ -230,6 +230,7 @@ class Engine {
   kvcache::KvSelectParams kv_select_for(const GenerateRequest& request) const {
     return request.kv_select.has_value() ? *request.kv_select : config_.kv_select;
   }
+  const Logger& logger() const { return *logger_; }
   // Sequences drop or release blocks (StreamingLLM, sliding-window models).
   bool windowed() const { return windowed_seqs(); }
   // For a scheduler of windowed sequences (SchedulerOptions::Windows): StreamingLLM's sinks and

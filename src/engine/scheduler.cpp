@@ -13,6 +13,7 @@ void StepPlan::clear() {
   refused.clear();
   num_tokens = 0;
   prefix_queried_tokens = prefix_hit_tokens = 0;
+  swapped_out_blocks = swapped_in_blocks = swap_fallbacks = 0;
 }
 
 Scheduler::Scheduler(kvcache::BlockManager& blocks, const SchedulerOptions& options)
@@ -113,6 +114,7 @@ SchedSequence& Scheduler::fork(SchedSequence& parent, const SeqKey& key) {
 
 void Scheduler::preempt(SchedSequence& seq) {
   CHECK(!seq.loading()) << "a loading sequence is never a victim";
+  if (options_.preemption == PreemptionMode::kSwap) seq.swapped = swap_out(seq);
   blocks_.free_sequence(seq.kv);
   seq.kv = -1;
   seq.fed = 0;
@@ -165,6 +167,8 @@ bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& re
   seq.admitted_cached = seq.admitted_pool = computed;
   seq.admitted_tier.fill(0);
   ++seq.num_admissions;
+  seq.swap_in = seq.swapped && n_load > 0;
+  seq.swapped = false;
   if (n_load > 0) {  // scheduled once its blocks are in (poll_tiers)
     seq.fed = computed;
     erase_from(waiting_, &seq);

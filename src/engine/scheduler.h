@@ -13,8 +13,18 @@
 //
 // States: waiting --admit--> running --preempt--> waiting (KV freed; tokens kept: recompute)
 //         any --remove--> gone (finished or aborted; KV freed)
-// Preemption is by recompute; swap-to-tier would be a second kind of `preempt` that keeps the
-// KV in a lower tier and re-admits it by promotion instead of by prefill.
+// Preemption (SchedulerOptions::preemption, `--preemption`):
+//   recompute (the default): the victim's blocks are freed; its committed full blocks stay
+//     cached in the pool like any other (and go down to the tiers when the pool evicts them,
+//     with write-back); on re-admission whatever is still found is reused, the rest recomputed.
+//   swap: before its blocks are freed, every committed full block of the victim is put into
+//     tier 0, which must be the host DRAM tier (medium "CPU"): TierStack::put_blocks copies
+//     the bytes during the call. On re-admission the sequence goes through the ordinary
+//     admission path (pool hit, tier probe, load) except that the cost model is not asked: what
+//     the tiers hold of it is loaded. The partly filled last block has no hash: it is
+//     recomputed (at most block_size - 1 tokens). Output equals an unpreempted run either way.
+//     Without a host tier (none, not the first, or disabled) a swap preemption is a recompute
+//     one, counted in StepPlan::swap_fallbacks (the serving engine logs why at create()).
 //
 // Order: (priority desc, arrival asc, choice asc). Each step (schedule()):
 //   1. Running sequences in order. Decoding ones (pending 1) get one token each; those still
@@ -53,7 +63,9 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -64,6 +76,10 @@ namespace pagoda::engine {
 
 class LoadCostModel;
 
+enum class PreemptionMode : uint8_t { kRecompute, kSwap };
+std::string_view preemption_mode_name(PreemptionMode mode);  // "recompute", "swap"
+std::optional<PreemptionMode> preemption_mode_from_name(std::string_view name);
+
 struct SchedulerOptions {
   int64_t max_num_seqs = 64;             // sequence slots held by running sequences
   int64_t max_num_batched_tokens = 512;  // tokens per step
@@ -71,6 +87,7 @@ struct SchedulerOptions {
   bool enable_prefix_caching = true;
   kvcache::TierStack* tiers = nullptr;   // lower tiers to load prefixes from (not owned)
   LoadCostModel* load_cost = nullptr;    // load vs recompute (nullptr: always load)
+  PreemptionMode preemption = PreemptionMode::kRecompute;
   struct Windows {
     bool on = false;           // sequences drop or release blocks (uncacheable, never forked)
     int64_t stream_sinks = 0;  // StreamingLLM: cache holds at most stream_sinks + stream_window
@@ -111,6 +128,8 @@ struct SchedSequence {
   int64_t probe_from = 0;        // the pool hit (blocks) the probe's chain starts after
   kvcache::LoadId load = 0;      // running: its blocks are loading (0: not loading)
   std::vector<kvcache::TierRun> load_runs;  // where the loading blocks come from (chain from admitted_pool)
+  bool swapped = false;          // waiting: preempted by swap (its blocks were put into tier 0)
+  bool swap_in = false;          // running: its load brings back swapped blocks
   bool running() const { return kv >= 0; }
   bool loading() const { return load != 0; }
 };
@@ -131,6 +150,9 @@ struct StepPlan {
   int64_t num_tokens = 0;
   // Prefix-cache lookups of this step's admissions.
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
+  // Swap preemption: blocks put into tier 0 by this step's preemptions, blocks loaded back by
+  // this step's finished loads of swapped sequences, swap preemptions done by recompute.
+  int64_t swapped_out_blocks = 0, swapped_in_blocks = 0, swap_fallbacks = 0;
   void clear();
 };
 
@@ -165,6 +187,9 @@ class Scheduler {
 
  private:
   void preempt(SchedSequence& seq);
+  // Swap preemption: puts seq's committed blocks into tier 0; false when it cannot (no host tier).
+  bool swap_out(SchedSequence& seq);
+  bool can_swap() const;
   // New blocks a step feeding n tokens of a running sequence takes (after StreamingLLM drops).
   int64_t blocks_needed(const SchedSequence& seq, int64_t n) const;
   bool try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks);
@@ -195,6 +220,7 @@ class Scheduler {
   std::vector<Detached> detached_;
   std::vector<kvcache::BlockHash> chain_scratch_;
   std::vector<kvcache::LoadItem> items_scratch_;
+  std::vector<kvcache::BlockInfo> swap_scratch_;  // [blocks of one victim]
   std::vector<std::string_view> media_;   // [tiers] Tier::medium()
   std::array<int64_t, kvcache::kMaxTiers> seen_load_bytes_{}, seen_load_ns_{};  // fed to the cost model
   bool waiting_for_tier_ = false;         // the last try_admit waits for a probe

@@ -7,6 +7,32 @@
 
 namespace pagoda::engine {
 
+std::string_view preemption_mode_name(PreemptionMode mode) { return mode == PreemptionMode::kSwap ? "swap" : "recompute"; }
+
+std::optional<PreemptionMode> preemption_mode_from_name(std::string_view name) {
+  if (name == "recompute") return PreemptionMode::kRecompute;
+  if (name == "swap") return PreemptionMode::kSwap;
+  return std::nullopt;
+}
+
+bool Scheduler::can_swap() const {
+  const kvcache::TierStack* tiers = options_.tiers;
+  return tiers != nullptr && !tiers->empty() && tiers->tier(0).medium() == "CPU" && tiers->tier(0).enabled() &&
+         options_.enable_prefix_caching && !options_.windows.on;
+}
+
+bool Scheduler::swap_out(SchedSequence& seq) {
+  if (!can_swap()) {
+    ++plan_.swap_fallbacks;
+    return false;
+  }
+  blocks_.committed_blocks(seq.kv, swap_scratch_);
+  if (swap_scratch_.empty()) return false;  // nothing whole to keep: the tail is recomputed anyway
+  options_.tiers->put_blocks(0, swap_scratch_);
+  plan_.swapped_out_blocks += static_cast<int64_t>(swap_scratch_.size());
+  return true;
+}
+
 int64_t Scheduler::num_loading() const {
   int64_t n = static_cast<int64_t>(detached_.size());
   for (const SchedSequence* s : running_) n += s->loading();
@@ -75,7 +101,8 @@ bool Scheduler::plan_load(SchedSequence& seq, const kvcache::PrefixMatch& hit, s
   int64_t n_blocks = 0;
   for (const kvcache::TierRun& r : *runs) n_blocks += r.count;
   if (n_blocks == 0) return true;
-  const int64_t chosen = options_.load_cost != nullptr
+  // A swapped sequence loads what the tiers hold of it (that is what --preemption swap asks).
+  const int64_t chosen = options_.load_cost != nullptr && !seq.swapped
                              ? options_.load_cost->decide(*runs, media_, blocks_.pool().layout().bytes_per_block(), bs)
                              : n_blocks;
   int64_t left = chosen;
@@ -117,6 +144,8 @@ void Scheduler::finish_load(SchedSequence& seq, const kvcache::LoadResult& resul
   const int64_t bs = blocks_.pool().layout().block_size;
   const int64_t confirmed = blocks_.finish_load(seq.kv, result.num_ok, result.tokens);
   seq.load = 0;
+  if (seq.swap_in) plan_.swapped_in_blocks += confirmed;
+  seq.swap_in = false;
   int64_t left = confirmed;
   for (const kvcache::TierRun& r : seq.load_runs) {
     const int64_t n = std::min(left, r.count);

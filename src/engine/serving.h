@@ -47,6 +47,7 @@
 #include "core/status.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 #include "model/tokenizer.h"
 
 namespace pagoda::engine {
@@ -59,6 +60,9 @@ struct ServingConfig {
   int64_t max_waiting = 256;             // queued requests beyond which submit() is refused
   double kv_watermark = 0.01;            // fraction of blocks kept free at admission
   double max_pinned_share = 0.5;         // of the pool's blocks that pins may hold (engine/pinning.h)
+  // How a preempted sequence comes back (engine/scheduler.h): recompute its KV, or swap its
+  // blocks into the host tier and load them back (without a host tier: recompute, logged).
+  PreemptionMode preemption = PreemptionMode::kRecompute;
 };
 
 struct CompletionRequest {
@@ -160,6 +164,9 @@ struct ServingMetrics {
   // and error count requests.
   int64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;
   int64_t preemptions = 0;
+  // --preemption swap: blocks put into the host tier by preemptions, blocks loaded back on
+  // resumption, preemptions done by recompute instead (no host tier).
+  int64_t swapped_out_blocks = 0, swapped_in_blocks = 0, swap_fallbacks = 0;
   int64_t evicted_blocks = 0;            // cached blocks dropped by the eviction policy
   int64_t prefix_queried_tokens = 0;     // prompt tokens looked up in the prefix cache
   int64_t prefix_hit_tokens = 0;         // of which found cached

@@ -29,6 +29,7 @@ SchedulerOptions scheduler_options(Engine& engine, const ServingConfig& c) {
   o.enable_prefix_caching = engine.config().enable_prefix_caching;
   o.tiers = engine.tiers();
   o.load_cost = engine.load_cost();
+  o.preemption = c.preemption;
   if (engine.windowed()) {
     o.windows.on = true;
     o.windows.stream_sinks = engine.stream_sinks();
@@ -67,6 +68,16 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::create(std::unique_ptr<Eng
     return Status::invalid_argument("max_pinned_share must be in [0, 1): pins must leave some of the pool to compute in");
   }
   ServingConfig c = config;
+  if (c.preemption == PreemptionMode::kSwap) {
+    const kvcache::TierStack* tiers = engine->tiers();
+    std::string why;
+    if (tiers == nullptr || tiers->empty() || tiers->tier(0).medium() != "CPU") {
+      why = "there is no host tier (--kv-host-mem)";
+    } else if (!engine->config().enable_prefix_caching || engine->windowed()) {
+      why = "swapped blocks come back through the prefix cache, which is off for this engine";
+    }
+    if (!why.empty()) engine->logger().warn("--preemption swap: " + why + "; preempted requests are recomputed");
+  }
   // The forward pass's scratch holds max_batch_tokens rows; every running sequence needs a row.
   c.max_num_batched_tokens = std::min(c.max_num_batched_tokens, engine->max_batch_tokens());
   c.max_num_seqs = std::min(c.max_num_seqs, c.max_num_batched_tokens);

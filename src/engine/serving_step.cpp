@@ -201,6 +201,9 @@ bool ServingEngineImpl::step_locked_out() {
     ++loop_metrics_.preemptions;
   }
   refuse_unfittable(plan);
+  loop_metrics_.swapped_out_blocks += plan.swapped_out_blocks;
+  loop_metrics_.swapped_in_blocks += plan.swapped_in_blocks;
+  loop_metrics_.swap_fallbacks += plan.swap_fallbacks;
   loop_metrics_.prefix_queried_tokens += plan.prefix_queried_tokens;
   loop_metrics_.prefix_hit_tokens += plan.prefix_hit_tokens;
   for (const SchedSequence* s : plan.admitted) {

@@ -213,6 +213,10 @@ class BlockManager {
   BlockHash last_block_hash(SeqId seq) const;
   // Appends the loading blocks of every sequence to out (introspection: the block map).
   void append_all_loading_blocks(std::vector<int32_t>& out) const;
+  // Swap preemption (engine/scheduler.h): every committed full block of seq, root first, as
+  // the listeners see them (tokens point into seq's table: valid until it changes). Empty for
+  // a sequence that is loading, uncacheable or whose tokens are unknown.
+  void committed_blocks(SeqId seq, std::vector<BlockInfo>& out) const;
   // Windows (see the top). Preconditions: seq not cacheable, j below the last block, block j
   // not a hole, and held by this table only (ref 1).
   void release_block(SeqId seq, int64_t j);

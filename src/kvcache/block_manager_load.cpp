@@ -84,4 +84,18 @@ int64_t BlockManager::evict_all_cached() {
   return n;
 }
 
+void BlockManager::committed_blocks(SeqId seq, std::vector<BlockInfo>& out) const {
+  const Table& t = table(seq);
+  out.clear();
+  if (!t.tokens_known || !t.cacheable || t.loading) return;
+  const int64_t bs = pool_.layout().block_size;
+  const std::span<const int32_t> all_tokens(t.tokens);
+  for (size_t i = 0; i < t.block_hashes.size(); ++i) {
+    const int32_t block = t.blocks[i];
+    out.push_back(BlockInfo{block, t.block_hashes[i], i > 0 ? t.block_hashes[i - 1] : kRootBlockHash,
+                            all_tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs)), t.ns,
+                            usage_[block].priority});
+  }
+}
+
 }  // namespace pagoda::kvcache

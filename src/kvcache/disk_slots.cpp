@@ -189,6 +189,7 @@ void SlotTable::doom(int64_t id) {
   if (s.state == SlotState::kReady) {
     index_.erase(s.hash);
     if (s.pins == 0) policy_->remove(static_cast<int32_t>(id));
+    if (on_removed_) on_removed_(s.hash);
   } else {
     CHECK(s.state == SlotState::kWriting || s.state == SlotState::kCommitting)
         << "slot " << id << " is " << slot_state_name(s.state);
@@ -210,6 +211,7 @@ void SlotTable::evict(int64_t id, bool demote) {
   CHECK(s.state == SlotState::kReady && !s.doomed && s.pins == 0) << "slot " << id << " is not evictable";
   index_.erase(s.hash);
   policy_->remove(static_cast<int32_t>(id));
+  if (on_removed_) on_removed_(s.hash);
   if (demote) {
     set_state(id, SlotState::kDemoting);
   } else {

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -120,6 +121,10 @@ class SlotTable {
   // Start-up: a free slot found holding a complete record of `hash` becomes ready.
   void adopt(int64_t id, BlockHash hash);
 
+  // Called (synchronously, from doom or evict) with each hash that leaves the index: the
+  // tier's removal callback (tier.h).
+  void set_removed_callback(std::function<void(BlockHash)> callback) { on_removed_ = std::move(callback); }
+
   // Aborts unless states, index, free units, eviction candidates and counts agree.
   void check_integrity() const;
 
@@ -131,6 +136,7 @@ class SlotTable {
   std::vector<Slot> slots_;                           // [num_slots]
   RunAllocator free_;                                 // [num_slots] free exactly when kFree
   std::unordered_map<BlockHash, int64_t> index_;      // ready, not doomed
+  std::function<void(BlockHash)> on_removed_;
   std::unordered_map<BlockHash, int64_t> writing_;    // writing/committing, not doomed
   std::unique_ptr<EvictionPolicy> policy_;            // ready, unpinned, not doomed
   uint64_t tick_ = 0;

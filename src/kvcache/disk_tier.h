@@ -135,6 +135,7 @@ class DiskTier final : public Tier {
 
   TierStats stats() const override;
   void set_eviction_callback(TierEvictionCallback callback) override { on_evict_ = std::move(callback); }
+  void set_removed_callback(TierRemovedCallback callback) override { slots_.set_removed_callback(std::move(callback)); }
 
   const DiskTierInfo& info() const { return info_; }
   const DiskIoStats& io_stats() const { return io_stats_; }

@@ -64,6 +64,7 @@ class HostTier final : public Tier {
 
   TierStats stats() const override;
   void set_eviction_callback(TierEvictionCallback callback) override { on_evict_ = std::move(callback); }
+  void set_removed_callback(TierRemovedCallback callback) override { slots_.set_removed_callback(std::move(callback)); }
 
   int64_t slot_bytes() const { return slot_bytes_; }
   int64_t num_slots() const { return slots_.num_slots(); }

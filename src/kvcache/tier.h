@@ -89,6 +89,10 @@ struct TierStats {
 // Called synchronously from inside put() (or poll()) with a victim the tier is evicting; the
 // record's spans are valid only during the call (a demotion target copies them in its put).
 using TierEvictionCallback = std::function<void(const BlockRecordView& record, int32_t priority)>;
+// Called synchronously, from inside whichever op (or poll) does it, with each hash a tier stops
+// holding: evicted (demoted or not), erased, dropped as corrupt. The tier stack turns these
+// into KV events (BlockRemoved with the tier's medium). Must not call back into the tier.
+using TierRemovedCallback = std::function<void(BlockHash hash)>;
 
 class Tier {
  public:
@@ -110,6 +114,8 @@ class Tier {
 
   virtual TierStats stats() const = 0;
   virtual void set_eviction_callback(TierEvictionCallback callback) = 0;
+  // Tiers that cannot tell (a remote pool shared by many workers) keep the default: no calls.
+  virtual void set_removed_callback(TierRemovedCallback callback) { (void)callback; }
 };
 
 }  // namespace pagoda::kvcache

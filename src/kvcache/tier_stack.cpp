@@ -41,7 +41,10 @@ TierStack::TierStack(BlockPool& pool, OffloadMode offload, const Clock& clock, c
 
 TierStack::~TierStack() {
   // Lowest tier first: an upper tier's destructor may no longer demote into a gone one.
-  for (Level& level : tiers_) level.tier->set_eviction_callback(nullptr);
+  for (Level& level : tiers_) {
+    level.tier->set_eviction_callback(nullptr);
+    level.tier->set_removed_callback(nullptr);
+  }
   while (!tiers_.empty()) tiers_.pop_back();
 }
 
@@ -51,6 +54,7 @@ void TierStack::add_tier(std::unique_ptr<Tier> tier, bool write_through) {
   const int index = static_cast<int>(tiers_.size());
   tiers_.push_back(Level{std::move(tier), write_through, {}, {}, {}, {}});
   tiers_.back().completions.reserve(64);
+  tiers_.back().tier->set_removed_callback([this, index](BlockHash hash) { announce_removed(index, hash); });
   // Victims of tier i go to tier i + 1 (set for the tier above once this one exists).
   if (index > 0) {
     const int above = index - 1;
@@ -69,6 +73,7 @@ void TierStack::put_to(int tier, std::span<const TierPut> puts, bool demotion) {
   }
   const TierOpId op = level.tier->put(puts);
   routes_[route_key(tier, op)] = Route{Route::kPut, 0, 0};
+  if (listener_ != nullptr) record_store(tier, op, puts);
   ++num_puts_in_flight_;
   (demotion ? level.counters.demoted_blocks : level.counters.offloaded_blocks) += static_cast<int64_t>(puts.size());
 }
@@ -113,6 +118,50 @@ void TierStack::on_block_evicted(const BlockInfo& block) {
   // Write-through wrote it at commit; the put only refreshes it then (or restores it when the
   // tier has evicted it since).
   put_blocks(0, std::span<const BlockInfo>(&block, 1));
+}
+
+// ---- KV events ----
+
+void TierStack::record_store(int tier, TierOpId op, std::span<const TierPut> puts) {
+  PendingStore& s = stores_[route_key(tier, op)];
+  const size_t bs = static_cast<size_t>(pool_.layout().block_size);
+  s.tokens.resize(puts.size() * bs);
+  s.blocks.clear();
+  for (size_t i = 0; i < puts.size(); ++i) {
+    const TierPut& p = puts[i];
+    CHECK_EQ(p.tokens.size(), bs);
+    std::copy(p.tokens.begin(), p.tokens.end(), s.tokens.begin() + static_cast<std::ptrdiff_t>(i * bs));
+    s.blocks.push_back(BlockInfo{-1, p.meta.block_hash, p.meta.parent_hash,
+                                 std::span<const int32_t>(s.tokens).subspan(i * bs, bs), p.meta.ns, p.priority});
+  }
+}
+
+void TierStack::announce_stored(int tier, TierOpId op, int64_t num_ok) {
+  auto it = stores_.find(route_key(tier, op));
+  if (it == stores_.end()) return;  // put before the listener was set
+  Level& level = tiers_[static_cast<size_t>(tier)];
+  announce_scratch_.clear();
+  const std::vector<BlockInfo>& blocks = it->second.blocks;
+  for (int64_t i = 0; i < num_ok && i < static_cast<int64_t>(blocks.size()); ++i) {
+    const BlockInfo& b = blocks[static_cast<size_t>(i)];
+    if (b.block == kRemovedInFlight) continue;  // written, then evicted before its completion
+    if (level.announced.insert(b.hash).second) announce_scratch_.push_back(b);
+  }
+  if (listener_ != nullptr && !announce_scratch_.empty()) listener_->on_tier_stored(level.tier->medium(), announce_scratch_);
+  stores_.erase(it);
+}
+
+void TierStack::announce_removed(int tier, BlockHash hash) {
+  if (listener_ == nullptr) return;
+  Level& level = tiers_[static_cast<size_t>(tier)];
+  for (auto& [key, store] : stores_) {  // a put whose completion is still to come
+    if (static_cast<int>(key >> 56) != tier) continue;
+    for (BlockInfo& b : store.blocks) {
+      if (b.hash == hash) b.block = kRemovedInFlight;
+    }
+  }
+  if (level.announced.erase(hash) == 0) return;  // never told (found at start-up, or before the listener)
+  listener_->on_tier_removed(level.tier->medium(), std::span<const BlockHash>(&hash, 1));
 }
 
 // ---- probes ----
@@ -260,6 +309,11 @@ void TierStack::note_disabled(int tier) {
   Level& level = tiers_[static_cast<size_t>(tier)];
   if (level.counters.disabled) return;
   level.counters.disabled = true;
+  if (listener_ != nullptr && !level.announced.empty()) {  // a disabled tier holds nothing usable
+    std::vector<BlockHash> gone(level.announced.begin(), level.announced.end());
+    level.announced.clear();
+    listener_->on_tier_removed(level.tier->medium(), gone);
+  }
   logger_.warn("kv tier " + std::string(level.tier->name()) + " disabled: " + level.tier->disabled_reason() +
                "; serving on without it");
 }
@@ -272,6 +326,7 @@ void TierStack::on_completion(int tier, const TierCompletion& c) {
   switch (route.kind) {
     case Route::kPut:
       --num_puts_in_flight_;
+      if (listener_ != nullptr || !stores_.empty()) announce_stored(tier, c.op, c.num_ok);
       return;
     case Route::kQuery:
       if (c.num_ok > 0) query_bits_ |= 1u << tier;

@@ -21,6 +21,13 @@
 //     every get has completed then. num_ok counts the items that succeeded from the first: after
 //     a failed item (a miss, a corrupt record, a fault) everything later is recomputed.
 //
+// KV events. With a TierEventListener set (set_event_listener: the KV event publisher), the
+//   stack tells it, with the tier's medium, of every block a put made a tier hold (once per
+//   block: a put of a block the tier already holds, a refresh, is not told again) and of every
+//   block a tier stopped holding (its removed callback: evicted, erased, dropped as corrupt;
+//   every announced block of a tier when the tier turns disabled). Blocks a tier found at
+//   start-up (the disk tier's persisted records) are not announced.
+//
 // Faults of a tier never fail the stack: a tier that reports enabled() == false answers every op
 // at once as a miss; the stack logs once per tier and counts it (TierCounters::disabled).
 //
@@ -39,6 +46,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/clock.h"
@@ -125,6 +133,9 @@ class TierStack final : public BlockEventListener {
   const TierCounters& counters(int i) const { return tiers_[static_cast<size_t>(i)].counters; }
   OffloadMode offload() const { return offload_; }
 
+  // Tier KV events (see the top); not owned, must outlive the stack or be unset (nullptr).
+  void set_event_listener(TierEventListener* listener) { listener_ = listener; }
+
   // BlockEventListener (offload).
   void on_blocks_stored(std::span<const BlockInfo> chain) override;
   void on_block_evicted(const BlockInfo& block) override;
@@ -166,6 +177,12 @@ class TierStack final : public BlockEventListener {
     std::vector<TierCompletion> completions;  // poll scratch
     std::vector<TierPut> demote_puts;         // [1] scratch of a demotion out of this tier
     std::vector<ConstByteSpan> demote_payload;  // [1]
+    std::unordered_set<BlockHash> announced;  // told to the listener as stored, not yet removed
+  };
+  static constexpr int32_t kRemovedInFlight = -2;  // PendingStore block: removed before its completion
+  struct PendingStore {            // a put in flight, for the listener (set only with one)
+    std::vector<BlockInfo> blocks; // tokens point into `tokens`; block -1 (kRemovedInFlight: gone)
+    std::vector<int32_t> tokens;
   };
   struct Probe {
     std::vector<BlockHash> chain;
@@ -205,6 +222,9 @@ class TierStack final : public BlockEventListener {
   void put_to(int tier, std::span<const TierPut> puts, bool demotion);
   void demote(int from_tier, const BlockRecordView& record, int32_t priority);
   void note_disabled(int tier);
+  void record_store(int tier, TierOpId op, std::span<const TierPut> puts);
+  void announce_stored(int tier, TierOpId op, int64_t num_ok);
+  void announce_removed(int tier, BlockHash hash);
   void poll_tier(int tier);
 
   BlockPool& pool_;
@@ -215,6 +235,9 @@ class TierStack final : public BlockEventListener {
   std::unordered_map<uint64_t, Route> routes_;     // route_key(tier, op) -> owner
   std::unordered_map<ProbeId, Probe> probes_;
   std::unordered_map<LoadId, Load> loads_;
+  TierEventListener* listener_ = nullptr;
+  std::unordered_map<uint64_t, PendingStore> stores_;  // route_key(tier, op) of puts, with a listener
+  std::vector<BlockInfo> announce_scratch_;
   uint64_t next_id_ = 1;
   uint32_t query_bits_ = 0;                      // holders_now's answer being gathered
   int64_t num_puts_in_flight_ = 0;

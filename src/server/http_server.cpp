@@ -75,7 +75,9 @@ void HttpServer::routes() {
     res.set_content(dump(json{{"status", draining_ ? "draining" : "ok"}}), "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(prometheus_text(engine_.metrics()), "text/plain; version=0.0.4; charset=utf-8");
+    std::string text = prometheus_text(engine_.metrics());
+    if (config_.extra_metrics) config_.extra_metrics(text);
+    res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
   });
   auto model_object = [this] {
     return json{{"id", config_.model_name}, {"object", "model"},

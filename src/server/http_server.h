@@ -85,6 +85,9 @@ struct ServerConfig {
   std::string instance_id;                  // this process's id (a subscriber notices a restart)
   bool dashboard = true;                    // GET /dashboard (server/kv_routes.cpp); --no-dashboard
   engine::PdCoordinator* pd = nullptr;      // P/D disaggregation (server/pd_routes.cpp); null: off
+  // Appends more Prometheus families to /metrics (any HTTP thread; e.g. the remote tier's Redis
+  // counters, tools/kv_remote.h); null: none.
+  std::function<void(std::string&)> extra_metrics;
 };
 
 class HttpServer {

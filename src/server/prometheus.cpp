@@ -101,6 +101,12 @@ std::string prometheus_text(const engine::ServingMetrics& m) {
   sample(out, "pagoda_requests_finished_total{reason=\"abort\"}", static_cast<double>(m.finished_abort));
   sample(out, "pagoda_requests_finished_total{reason=\"error\"}", static_cast<double>(m.finished_error));
   counter(out, "pagoda_preemptions_total", "Running requests preempted for lack of KV blocks (recomputed later).", m.preemptions);
+  counter(out, "pagoda_kv_swapped_out_blocks_total", "KV blocks put into the host tier by swap preemptions.",
+          m.swapped_out_blocks);
+  counter(out, "pagoda_kv_swapped_in_blocks_total", "KV blocks of swap-preempted requests loaded back on resumption.",
+          m.swapped_in_blocks);
+  counter(out, "pagoda_kv_swap_fallbacks_total", "Swap preemptions done by recompute (no usable host tier).",
+          m.swap_fallbacks);
   counter(out, "pagoda_kv_evicted_blocks_total", "Cached KV blocks dropped by the eviction policy.", m.evicted_blocks);
   counter(out, "pagoda_prefix_cache_queried_tokens_total", "Prompt tokens looked up in the prefix cache.", m.prefix_queried_tokens);
   counter(out, "pagoda_prefix_cache_hit_tokens_total", "Prompt tokens found in the prefix cache.", m.prefix_hit_tokens);

@@ -95,9 +95,10 @@ class RedisTier final : public kvcache::Tier {
   // timeouts): shards that do not answer start down and are probed again by backoff. Fails
   // only on a bad config, never on an unreachable Redis.
   static Result<std::unique_ptr<RedisTier>> create(RedisTierConfig config, const Clock* clock);
+  // Sends the puts still queued (bounded by two calls' timeouts), drops other jobs, joins.
   ~RedisTier() override;
 
-  std::string_view name() const override { return "redis"; }
+  std::string_view name() const override { return "remote"; }  // the `tier` label (--kv-remote)
   std::string_view medium() const override { return "REDIS"; }
   bool enabled() const override;                 // any thread
   std::string disabled_reason() const override;  // the driving thread

@@ -32,12 +32,20 @@ void note(Status& first, Status why) {
 
 void RedisTier::io_main() {
   block_sigpipe_in_this_thread();
+  // After stop: the puts still queued are sent (a process that exits right after its reply,
+  // `pagoda run`, leaves its blocks for the next instance), until a deadline of two calls'
+  // timeouts; other jobs are dropped (their callers are gone).
+  int64_t drain_until = -1;
   for (;;) {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-      if (stop_) return;
+      if (stop_) {
+        if (drain_until < 0) drain_until = steady_ns() + 2 * (config_.timeouts.connect_ms + config_.timeouts.io_ms) * 1'000'000;
+        while (!jobs_.empty() && jobs_.front().kind != JobKind::kPut) jobs_.pop_front();
+        if (jobs_.empty() || steady_ns() >= drain_until) return;
+      }
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }

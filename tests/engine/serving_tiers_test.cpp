@@ -15,6 +15,7 @@
 
 #include "engine/introspection.h"
 #include "fake_tier.h"
+#include "kvcache/manual_io.h"
 #include "kvcache/disk_tier.h"
 #include "kvcache/host_tier.h"
 #include "serving_test_util.h"
@@ -76,14 +77,14 @@ class ServingTiers : public ::testing::Test {
     o.capacity_bytes = blocks * (kvcache::record_bytes(kvcache::record_meta_for(o.layout)) + 64);
     return kvcache::HostTier::create(o, clock_).value();
   }
-  std::unique_ptr<kvcache::Tier> disk(const std::string& dir, int64_t blocks) {
+  std::unique_ptr<kvcache::Tier> disk(const std::string& dir, int64_t blocks, std::unique_ptr<kvcache::IoBackend> io = nullptr) {
     kvcache::DiskTierOptions o;
     o.dir = dir;
     o.layout = s_->reference->kv_layout();
     o.capacity_bytes = blocks * ((kvcache::record_bytes(kvcache::record_meta_for(o.layout)) + 4095) / 4096 * 4096);
     o.model_fingerprint = s_->reference->model_fingerprint();
     o.kv_format = s_->reference->kv_format_key();
-    auto tier = kvcache::DiskTier::create(o, clock_, s_->logger);
+    auto tier = kvcache::DiskTier::create(o, clock_, s_->logger, std::move(io));
     EXPECT_TRUE(tier.is_ok()) << tier.status().message();
     return std::move(tier).value();
   }
@@ -210,6 +211,64 @@ TEST_F(ServingTiers, CorruptDiskRecordIsAMissCountedAndOutputEqualsCold) {
   EXPECT_EQ(cached_from(*warm, "disk"), 0);
   EXPECT_GT(se->metrics().tiers.at(0).corrupt_records, 0);
   EXPECT_GT(se->metrics().tiers.at(0).failed_loads, 0);
+  testing::expect_clean(*se);
+}
+
+// Run-time disk faults (issue 9, point 9): a read that fails (EIO) while a prefix is promoted,
+// and a disk that fills (ENOSPC) while blocks are written down, turn the disk tier off; the
+// requests still succeed with the same output, the host tier keeps serving, and the metrics say
+// so (enabled false, a fault counted).
+TEST_F(ServingTiers, FailingDiskReadTurnsTheDiskTierOffAndRequestsStillSucceed) {
+  TempDir dir;
+  auto io = std::make_unique<kvcache::ManualIo>();
+  kvcache::ManualIo* manual = io.get();
+  manual->auto_complete = true;  // every request completes at the next reap
+  std::vector<std::unique_ptr<kvcache::Tier>> tiers;
+  tiers.push_back(disk(dir.path, 64, std::move(io)));
+  auto se = make(8, std::move(tiers));
+  const std::vector<int32_t> p = story();
+  run(*se, p);
+  churn(*se);
+  manual->inject({kvcache::IoOpcode::kRead, -EIO});
+  const auto warm = run(*se, p);
+  EXPECT_EQ(warm->choice(0).tokens, reference(p)) << "what the disk could not give back is recomputed";
+  EXPECT_EQ(cached_from(*warm, "disk"), 0);
+  engine::ServingMetrics m = se->metrics();
+  EXPECT_FALSE(m.tiers.at(0).enabled);
+  EXPECT_EQ(m.tiers.at(0).faults, 1);
+  EXPECT_GT(m.tiers.at(0).failed_loads, 0);
+  // From now on the disk is never touched again, and requests go on.
+  const size_t requests = manual->log.size();
+  churn(*se);
+  const auto after = run(*se, p);
+  EXPECT_EQ(after->choice(0).tokens, reference(p));
+  EXPECT_EQ(manual->log.size(), requests);
+  testing::expect_clean(*se);
+}
+
+TEST_F(ServingTiers, FullDiskTurnsTheDiskTierOffAndTheHostTierServesOn) {
+  TempDir dir;
+  auto io = std::make_unique<kvcache::ManualIo>();
+  kvcache::ManualIo* manual = io.get();
+  manual->auto_complete = true;
+  std::vector<std::unique_ptr<kvcache::Tier>> tiers;
+  tiers.push_back(host(64));
+  tiers.push_back(disk(dir.path, 64, std::move(io)));
+  manual->inject({kvcache::IoOpcode::kWrite, -ENOSPC});  // after start-up: the first record written fills the disk
+  auto se = make(8, std::move(tiers), engine::LoadCostModel::Mode::kAlwaysLoad, {false, true});
+  const std::vector<int32_t> p = story();
+  const auto cold = run(*se, p);
+  EXPECT_EQ(cold->choice(0).tokens, reference(p));
+  EXPECT_FALSE(se->metrics().tiers.at(1).enabled);
+  churn(*se);
+  const auto warm = run(*se, p);
+  EXPECT_EQ(warm->choice(0).tokens, reference(p));
+  EXPECT_GT(cached_from(*warm, "host"), 0) << "the host tier is unaffected";
+  EXPECT_EQ(cached_from(*warm, "disk"), 0);
+  const engine::ServingMetrics m = se->metrics();
+  EXPECT_TRUE(m.tiers.at(0).enabled);
+  EXPECT_FALSE(m.tiers.at(1).enabled);
+  EXPECT_EQ(m.tiers.at(1).faults, 1);
   testing::expect_clean(*se);
 }
 

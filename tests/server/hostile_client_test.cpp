@@ -322,6 +322,12 @@ TEST_F(QueueFloodTest, ThousandsOfRequestsAtOnceGet429OrTheirExactAnswer) {
   EXPECT_GT(refused.load(), 0) << "the queue never filled";
   EXPECT_GT(ok.load(), 0);
   // Every accepted request finished (none lost, none aborted) and gave its blocks back.
+  // The step thread counts a request finished after its last bytes went out: wait for the count.
+  const auto finished = [&] {
+    const engine::ServingMetrics m = serving_->metrics();
+    return m.finished_length + m.finished_stop - before.finished_length - before.finished_stop;
+  };
+  EXPECT_TRUE(eventually([&] { return finished() >= ok.load(); }));
   const engine::ServingMetrics after = serving_->metrics();
   EXPECT_EQ(after.finished_length + after.finished_stop - before.finished_length - before.finished_stop, ok.load());
   EXPECT_EQ(after.finished_abort, before.finished_abort);

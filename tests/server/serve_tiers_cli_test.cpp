@@ -15,6 +15,7 @@
 #include "eventually.h"
 #include "kvcache/disk_tier.h"
 #include "pagoda_process.h"
+#include "server/serve_process.h"
 #include "shell.h"
 
 namespace pagoda::testing {
@@ -32,37 +33,11 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
 };
 
-class TierServe : public PagodaProcess {
+class TierServe : public ServeProcess {
  public:
   TierServe(const std::string& dir, const std::string& extra = "")
-      : PagodaProcess("serve -m " + stories_dir() + "/stories260K.gguf -c 1100 --port 0 -t 1 --kv-disk-dir " + dir +
-                      " --kv-disk-mem 16M " + extra) {
-    port_ = port();
-  }
-  int port_ = -1;
-  json complete(const std::vector<int32_t>& prompt, int max_tokens = 4) {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60);
-    const json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
-    auto r = c.Post("/v1/completions", body.dump(), "application/json");
-    if (!r || r->status != 200) {
-      ADD_FAILURE() << (r ? r->body : std::string("no answer")) << err();
-      return json::object();
-    }
-    return json::parse(r->body);
-  }
-  std::string metrics() {
-    httplib::Client c("127.0.0.1", port_);
-    auto r = c.Get("/metrics");
-    return r && r->status == 200 ? r->body : "";
-  }
-  // The value of a sample line `name value` in /metrics (-1: absent).
-  double metric(const std::string& name) {
-    const std::string m = metrics();
-    const size_t at = m.find("\n" + name + " ");
-    if (at == std::string::npos) return -1;
-    return std::atof(m.c_str() + at + name.size() + 2);
-  }
+      : ServeProcess("serve -m " + stories_dir() + "/stories260K.gguf -c 1100 --port 0 -t 1 --kv-disk-dir " + dir +
+                     " --kv-disk-mem 16M " + extra) {}
 };
 
 // A known prefix of 1,000 tokens and a question after it (stories vocab: ids 3..511).

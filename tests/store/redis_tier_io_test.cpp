@@ -120,6 +120,11 @@ TEST(RedisTierIo, AFullRedisThatEvictsTurnsIntoMisses) {
   const auto chain = make_chain(layout, test_ns(), 96, 13, false);  // ~6 MiB into 2 MiB
   for (size_t i = 0; i < chain.size(); i += 8) EXPECT_EQ(wait_op(tier, tier.put(puts_of(chain, i, 8))).num_ok, 8);
   EXPECT_EQ(tier.stats().put_failures, 0);
+  // The newest are still there and intact. Read before the whole chain is: the replies of that
+  // 6 MiB get count against maxmemory and may evict any key, the newest too (LRU is sampled).
+  Gets last(layout, {chain.back()}, test_ns());
+  EXPECT_EQ(wait_op(tier, tier.get(last.gets)).num_ok, 1);
+  EXPECT_TRUE(last.dests[0].holds(chain.back()));
   const auto hashes = hashes_of(chain);
   EXPECT_LT(wait_op(tier, tier.lookup(hashes)).num_ok, 96);  // the oldest were evicted
   Gets gets(layout, chain, test_ns());
@@ -128,10 +133,6 @@ TEST(RedisTierIo, AFullRedisThatEvictsTurnsIntoMisses) {
   EXPECT_TRUE(tier.enabled());
   EXPECT_EQ(tier.stats().faults, 0);
   EXPECT_EQ(tier.stats().corrupt_records, 0);
-  // The newest are still there and intact.
-  Gets last(layout, {chain.back()}, test_ns());
-  EXPECT_EQ(wait_op(tier, tier.get(last.gets)).num_ok, 1);
-  EXPECT_TRUE(last.dests[0].holds(chain.back()));
 }
 
 TEST(RedisTierIo, AFullRedisThatRefusesWritesFailsPutsNotTheTier) {

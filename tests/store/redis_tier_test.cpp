@@ -346,5 +346,23 @@ TEST(RedisTier, DestroyingTheTierWithOpsInFlightIsSafe) {
   SUCCEED();
 }
 
+// A process that exits right after its reply (`pagoda run`) destroys the tier with puts still
+// queued: they are sent before the I/O thread stops (one put per block: 32 queued jobs).
+TEST(RedisTier, PutsQueuedAtDestructionAreStillSent) {
+  auto server = RedisServer::start();
+  ASSERT_NE(server, nullptr);
+  SteadyClock clock;
+  const auto layout = test_layout();
+  const auto chain = make_chain(layout, test_ns(), 32, 5);
+  {
+    auto tier = make_tier(config_for({server->url()}, layout), &clock);
+    ASSERT_NE(tier, nullptr);
+    for (size_t i = 0; i < chain.size(); ++i) (void)tier->put(puts_of(chain, i, 1));
+  }
+  auto reader = make_tier(config_for({server->url()}, layout), &clock);
+  ASSERT_NE(reader, nullptr);
+  EXPECT_EQ(wait_op(*reader, reader->lookup(hashes_of(chain))).num_ok, 32);
+}
+
 }  // namespace
 }  // namespace pagoda::store

@@ -1,0 +1,82 @@
+// KV events of the tiers end to end: a TierStack over a real host tier, with the publisher as
+// its TierEventListener (as `pagoda serve --kv-events-config` wires it), announces the blocks
+// the pool evicted into the host tier as BlockStored with medium "CPU", and their eviction from
+// it as BlockRemoved; the publisher's snapshot (its exact mirror) shows them there.
+#include <gtest/gtest.h>
+
+#include "events/kv_event_publisher.h"
+#include "kvcache/block_manager.h"
+#include "kvcache/host_tier.h"
+#include "kvcache/tier_stack.h"
+
+namespace pagoda::events {
+namespace {
+
+TEST(TierEventsPublish, HostTierBlocksArePublishedWithMediumCpu) {
+  kvcache::KvLayout layout;
+  layout.n_layer = 1;
+  layout.n_kv_head = 1;
+  layout.head_dim = 2;
+  layout.block_size = 4;
+  const kvcache::KvNamespace ns{1, 2, 0};
+  ManualClock clock;
+  Logger logger(LogLevel::kSilent);
+  KvEventsConfig c;
+  c.enable_kv_cache_events = true;
+  c.publisher = "zmq";
+  c.endpoint = "tcp://127.0.0.1:*";
+  c.topic = "kv";
+  auto publisher = KvEventPublisher::create(c, [] { return 1.0; }, logger);
+  ASSERT_TRUE(publisher.is_ok()) << publisher.status().message();
+  {
+    kvcache::BlockPool pool = kvcache::BlockPool::create(layout, 4).value();
+    kvcache::BlockManager bm(pool);
+    kvcache::TierStack stack(pool, kvcache::OffloadMode::kWriteBack, clock, logger);
+    kvcache::HostTierOptions o;
+    o.layout = layout;
+    o.capacity_bytes = 2 * ((kvcache::record_bytes(kvcache::record_meta_for(layout)) + 63) / 64 * 64);
+    stack.add_tier(kvcache::HostTier::create(o, clock).value());
+    stack.set_event_listener(publisher->get());
+    bm.add_listener(publisher->get());
+    bm.add_listener(&stack);
+    auto compute = [&](int32_t base) {
+      std::vector<int32_t> t;
+      for (int i = 0; i < 8; ++i) t.push_back(base + i);
+      const kvcache::SeqId s = bm.add_sequence(8, {ns, 0});
+      std::vector<int64_t> slots(8);
+      std::vector<kvcache::BlockCopy> copies;
+      EXPECT_TRUE(bm.append(s, t, slots, copies));
+      bm.commit(s);
+      bm.free_sequence(s);
+      std::vector<kvcache::BlockHash> h;
+      kvcache::chain_hashes(&kvcache::hash_block, kvcache::kRootBlockHash, t, 4, ns.key(), h);
+      return h;
+    };
+    const std::vector<kvcache::BlockHash> a = compute(100);
+    bm.evict_all_cached();
+    stack.poll();
+    auto snap = (*publisher)->snapshot();
+    ASSERT_TRUE(snap.is_ok()) << snap.status().message();
+    BlockIndex index;
+    index.reset(*snap);
+    for (kvcache::BlockHash h : a) {
+      EXPECT_TRUE(index.contains("CPU", h));
+      EXPECT_FALSE(index.contains("GPU", h)) << "evicted from the pool";
+    }
+    const std::vector<kvcache::BlockHash> b = compute(500);
+    bm.evict_all_cached();  // b's two blocks take the host tier's two slots: a's are removed
+    stack.poll();
+    snap = (*publisher)->snapshot();
+    ASSERT_TRUE(snap.is_ok());
+    index.reset(*snap);
+    for (kvcache::BlockHash h : a) EXPECT_FALSE(index.contains("CPU", h));
+    for (kvcache::BlockHash h : b) EXPECT_TRUE(index.contains("CPU", h));
+    EXPECT_EQ(index.num_blocks("CPU"), 2);
+    bm.remove_listener(&stack);
+    bm.remove_listener(publisher->get());
+  }
+  (*publisher)->stop();
+}
+
+}  // namespace
+}  // namespace pagoda::events
