@@ -198,6 +198,12 @@ class Engine {
                                    int64_t n_prompt);
   // Checks (and normalizes) a request's selection against this engine.
   Status check_kv_select(kvcache::KvSelectParams& select) const;
+  // Grows the attention-score buffer so that steps of up to n_seqs sequences selecting with
+  // `select` (normalized) take no allocation: H2O's stored length never exceeds its budget.
+  // (A SnapKV prompt's observation-window chunks may still grow it once, to that prompt's
+  // length, and allocate the sequence's window sums once.) Not thread-safe: the step thread.
+  void reserve_kv_select(const kvcache::KvSelectParams& select, int64_t n_seqs);
+  size_t kv_score_capacity() const { return scores_.size(); }  // for tests: unchanged by steps
 
   // One forward pass over the new tokens of several sequences (a ragged batch; the serving
   // loop's step): appends them (slots, copy-on-write copies), runs the model, commits the

@@ -28,6 +28,13 @@ Status Engine::check_kv_select(kvcache::KvSelectParams& select) const {
   return Status::ok();
 }
 
+void Engine::reserve_kv_select(const kvcache::KvSelectParams& select, int64_t n_seqs) {
+  if (select.method != kvcache::KvSelectMethod::kH2O) return;
+  const model::ModelConfig& mc = model_->config();
+  const size_t need = static_cast<size_t>(std::min(n_seqs, max_batch_tokens_) * mc.n_layer * mc.n_kv_head * select.budget);
+  if (scores_.size() < need) scores_.resize(need);
+}
+
 int64_t Engine::chunk_for(const kvcache::KvSelectParams& select) const {
   if (select.method != kvcache::KvSelectMethod::kH2O) return prefill_chunk();
   return std::min(prefill_chunk(), kvcache::kv_select_max_chunk(select));

@@ -242,7 +242,10 @@ KvPlan BlockManager::plan_table(const Table& t, int64_t n_new, bool after_evicti
   const int64_t bs = pool_.layout().block_size;
   KvPlan p;
   int64_t length = t.length;  // after the eviction an evicting selecting sequence does first
-  if (after_eviction && t.select != nullptr && t.select->evicting && length + n_new > t.select->params.budget) {
+  // (SnapKV evicts from the step after its prompt on: its selection runs first.)
+  const bool evicts = t.select != nullptr && (t.select->evicting || (t.select->params.method == KvSelectMethod::kSnapKv &&
+                                                                      t.select->next_position >= t.select->prompt));
+  if (after_eviction && evicts && length + n_new > t.select->params.budget) {
     length = std::max<int64_t>(0, t.select->params.budget - n_new);
   }
   p.num_new_blocks = std::max<int64_t>(0, (length + n_new + bs - 1) / bs - static_cast<int64_t>(t.blocks.size()));
