@@ -30,13 +30,15 @@ kl = d.get('mean_kl_divergence', 0.0); top1 = d.get('top1_agreement', 1.0)
 b = float('$per_token') * $kept
 print(f'| $label | $kept | {b:,.0f} | {b / (float(\"$full\") * $CTX) * 100:.0f}% | {kl:.6f} | {100 * top1:.2f}% |')"
 }
-for pct in 10 20 50; do
+# Budgets: 10/20/50% of CTX, and the fractions int4 (22%) and int8 (31%) KV take of f32 (equal
+# memory to them). StreamingLLM rows: 16 sinks + whole blocks of at least 32 (the window is at
+# least two blocks), so its smallest is 48 tokens; it is shown where it fits the budget.
+for pct in 10 20 22 31 50; do
   budget=$((CTX * pct / 100))
-  win=$(( (budget - 16) / 16 * 16 ))  # StreamingLLM: 16 sinks + whole blocks, at most the budget
-  [ "$win" -lt 16 ] && win=16
   row "H2O budget $budget ($pct%), f32" f32 "$budget" --kv-select h2o --kv-budget "$budget"
   row "SnapKV budget $budget ($pct%), f32" f32 "$budget" --kv-select snapkv --kv-budget "$budget"
-  row "StreamingLLM 16 + $win, f32" f32 $((16 + win)) --kv-window "$win" --kv-sinks 16
+  win=$(( (budget - 16) / 16 * 16 ))
+  if [ "$win" -ge 32 ]; then row "StreamingLLM 16 + $win, f32" f32 $((16 + win)) --kv-window "$win" --kv-sinks 16; fi
 done
 row "full f16" f16 "$CTX"
 row "full int8" int8 "$CTX"
