@@ -333,11 +333,17 @@ def main():
             soak.error(f"pins left: {m.get('pagoda_kv_pins')} pins, {m.get('pagoda_kv_pinned_blocks')} pinned blocks")
         if rss_base[0] != server.epoch or not rss_settled:
             soak.error("the last server did not live through its warm-up (no memory baseline)")
-        if args.faults:  # Redis is up again: the remote tier must have found it
-            for _ in range(100):
-                if m.get('pagoda_kv_remote_up{tier="remote"}', 0) == 1:
-                    break
-                time.sleep(0.1)
+        if args.faults:  # Redis is up again: the remote tier must find it (probed by backoff, at most
+            # 30 s apart, as the step loop runs: requests keep it running; each is checked)
+            probe_end = time.time() + 40
+            while m.get('pagoda_kv_remote_up{tier="remote"}', 0) != 1 and time.time() < probe_end:
+                prompt = soak.prefixes[0]
+                status, _, j = complete(port, {"prompt": prompt, "max_tokens": 64, "temperature": 0})
+                if status != 200:
+                    soak.error(f"status {status} after the run")
+                else:
+                    soak.check_choice(prompt, j["choices"][0]["text"], j["choices"][0]["finish_reason"], 64)
+                time.sleep(0.5)
                 m = metrics(port)
             if m.get('pagoda_kv_remote_up{tier="remote"}', 0) != 1:
                 soak.error("the remote tier is still down although Redis is up")
