@@ -2,7 +2,7 @@
 // P random prompt tokens and G generated tokens (greedy, EOS ignored) through a ServingEngine
 // with max_num_seqs = C, then the same requests with max_num_seqs = 1. Prints one table.
 //
-//   serving_bench MODEL.gguf [C=16] [P=64] [G=64] [threads=0: all cores] [max_batched_tokens=512] [one_at_a_time=1]
+//   serving_bench MODEL.gguf [C=16] [P=64] [G=64] [threads=0: all cores] [max_batched_tokens=512] [one_at_a_time=1] [step_budget_ms=100]
 // (one_at_a_time=0 skips the max_num_seqs = 1 run.)
 //
 // Smoke run: serving_bench ../shared/models/stories260K/stories260K.gguf 4 16 8 1
@@ -59,7 +59,7 @@ struct Run {
 };
 
 Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shared_ptr<const model::Tokenizer> tok,
-                int64_t concurrency, int64_t max_num_seqs, int64_t prompt, int64_t gen, int threads, int64_t batched) {
+                int64_t concurrency, int64_t max_num_seqs, int64_t prompt, int64_t gen, int threads, int64_t batched, double step_budget_ms) {
   SteadyClock clock;
   Logger logger(LogLevel::kSilent);
   engine::EngineConfig ec;
@@ -73,6 +73,7 @@ Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shar
   engine::ServingConfig sc;
   sc.max_num_seqs = max_num_seqs;
   sc.max_num_batched_tokens = batched;
+  sc.step_budget_ms = step_budget_ms;
   sc.max_waiting = concurrency;
   PAGODA_ASSIGN_OR_RETURN(auto se, engine::ServingEngine::create(std::move(eng), tok, sc));
   auto counter = std::make_shared<Counter>();
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
   auto arg = [&](int i, int64_t def) { return argc > i ? std::atoll(argv[i]) : def; };
   const int64_t c = arg(2, 16), p = arg(3, 64), g = arg(4, 64), batched = arg(6, 512);
   const int threads = static_cast<int>(arg(5, 0));
+  const double step_budget_ms = static_cast<double>(arg(8, static_cast<int64_t>(engine::ServingConfig{}.step_budget_ms)));
   auto file = model::GgufFile::read(argv[1]);
   if (!file.is_ok()) {
     std::fprintf(stderr, "%s\n", file.status().message().c_str());
@@ -135,7 +137,7 @@ int main(int argc, char** argv) {
   const int64_t seqs[2] = {c, 1};
   const int runs = arg(7, 1) != 0 ? 2 : 1;
   for (int i = 0; i < runs; ++i) {
-    auto r = run(m, t, c, seqs[i], p, g, threads, batched);
+    auto r = run(m, t, c, seqs[i], p, g, threads, batched, step_budget_ms);
     if (!r.is_ok()) {
       std::fprintf(stderr, "%s\n", r.status().message().c_str());
       return 1;

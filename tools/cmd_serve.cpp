@@ -43,6 +43,7 @@ struct ServeOptions {
   std::string model_name;     // "" = the file stem, else general.name
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 512;
+  double step_budget_ms = 100;
   int64_t max_waiting = 256;
   int max_choices = 16;
   int http_threads = 512;
@@ -251,6 +252,7 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   engine::ServingConfig serving_config;
   serving_config.max_num_seqs = o.max_num_seqs;
   serving_config.max_num_batched_tokens = o.max_num_batched_tokens;
+  serving_config.step_budget_ms = o.step_budget_ms;
   serving_config.max_waiting = o.max_waiting;
   serving_config.max_pinned_share = o.max_pinned_share;
   serving_config.preemption = *engine::preemption_mode_from_name(o.engine.preemption);  // checked by the flag
@@ -339,6 +341,10 @@ void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit
       ->check(CLI::Range(1, 3600));
   cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens, "tokens per engine step")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--step-budget-ms", options->step_budget_ms,
+                  "while requests decode, cut prefill chunks so that a step's estimated time stays within this "
+                  "(the decoders' inter-token latency); 0: off, steps only capped by --max-num-batched-tokens")
+      ->check(CLI::Range(0.0, 3.6e6));
   cmd->add_option("--max-waiting", options->max_waiting, "queued requests beyond which the server answers 429")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-choices", options->max_choices, "n x prompts per request")->check(CLI::Range(1, 1024));

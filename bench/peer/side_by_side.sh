@@ -54,8 +54,10 @@ done
 for b in llama-bench llama-batched-bench llama-server; do
   [[ -x "$PEER_BIN/$b" ]] || die "$PEER_BIN/$b not found: run bench/peer/build_native.sh first"
 done
-if (( ! FORCE )) && pgrep -x 'cc1|cc1plus|ld|ninja|make|cmake' >/dev/null; then
-  die "a build is running: results would be noise (--force to run anyway)"
+if (( ! FORCE )); then  # pgrep -x matches names of at most 15 characters: one name at a time
+  for p in cc1 cc1plus ld ninja make cmake; do
+    if pgrep -x "$p" >/dev/null; then die "a build is running ($p): results would be noise (--force to run anyway)"; fi
+  done
 fi
 OUT="${OUT:-/tmp/pagoda-peer/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT" "$MODEL_DIR"

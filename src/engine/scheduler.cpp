@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "engine/step_cost.h"
+
 namespace pagoda::engine {
 
 void StepPlan::clear() {
@@ -20,6 +22,8 @@ Scheduler::Scheduler(kvcache::BlockManager& blocks, const SchedulerOptions& opti
     : blocks_(blocks), options_(options) {
   CHECK(options_.max_num_seqs >= 1 && options_.max_num_batched_tokens >= options_.max_num_seqs)
       << "max_num_seqs " << options_.max_num_seqs << ", max_num_batched_tokens " << options_.max_num_batched_tokens;
+  CHECK(options_.step_budget_ns >= 0 && options_.min_prefill_tokens >= 1) << "step budget " << options_.step_budget_ns
+                                                                          << " ns, min prefill " << options_.min_prefill_tokens;
   running_.reserve(options_.max_num_seqs);
   plan_.scheduled.reserve(options_.max_num_seqs);
   plan_.preempted.reserve(options_.max_num_seqs);
@@ -223,6 +227,13 @@ SchedSequence* Scheduler::victim() {
   return nullptr;
 }
 
+int64_t Scheduler::step_token_cap(int64_t num_decodes) const {
+  const int64_t cap = options_.max_num_batched_tokens;
+  if (options_.step_budget_ns <= 0 || options_.step_cost == nullptr || num_decodes == 0) return cap;
+  const int64_t fit = options_.step_cost->tokens_within(options_.step_budget_ns);
+  return std::min(cap, std::max(fit, num_decodes + options_.min_prefill_tokens));
+}
+
 const StepPlan& Scheduler::schedule() {
   plan_.clear();
   if (options_.tiers != nullptr) poll_tiers();
@@ -232,7 +243,8 @@ const StepPlan& Scheduler::schedule() {
   for (const SchedSequence* s : running_) {
     if (!s->loading() && static_cast<int64_t>(s->tokens.size()) - s->fed == 1) ++num_decodes;
   }
-  int64_t prefill_budget = options_.max_num_batched_tokens - num_decodes;
+  const int64_t step_cap = step_token_cap(num_decodes);
+  int64_t prefill_budget = step_cap - num_decodes;
   int64_t reserved = 0;  // blocks promised to sequences scheduled earlier in this step
   size_t i = 0;
   while (i < running_.size()) {
@@ -267,7 +279,7 @@ const StepPlan& Scheduler::schedule() {
     ++i;
   }
   if (!plan_.preempted.empty()) return plan_;
-  int64_t token_budget = options_.max_num_batched_tokens - plan_.num_tokens;
+  int64_t token_budget = step_cap - plan_.num_tokens;
   while (!waiting_.empty() && token_budget > 0) {
     SchedSequence& w = *waiting_.front();
     if (running_slots_ + w.slots > options_.max_num_seqs) break;

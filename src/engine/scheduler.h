@@ -29,7 +29,11 @@
 // Order: (priority desc, arrival asc, choice asc). Each step (schedule()):
 //   1. Running sequences in order. Decoding ones (pending 1) get one token each; those still
 //      prefilling share what is left of max_num_batched_tokens after the decodes, in order
-//      (chunked prefill). If the blocks of a sequence's tokens do not fit, the last running
+//      (chunked prefill). Latency budget (step_budget_ns > 0 with a step_cost model): while any
+//      sequence decodes, the step takes at most the tokens whose estimated time fits the budget
+//      (StepCostModel::tokens_within), at least decodes + min_prefill_tokens (prefill always
+//      progresses) and never more than max_num_batched_tokens; the cap holds for admissions too.
+//      With nobody decoding nobody waits on the step, so it is not capped. If the blocks of a sequence's tokens do not fit, the last running
 //      sequence in order is preempted (the victim: lowest priority, latest arrival), until
 //      they fit or the sequence itself is the victim.
 //   2. Only if nobody was preempted: waiting sequences in order are admitted while their slots
@@ -84,6 +88,7 @@
 namespace pagoda::engine {
 
 class LoadCostModel;
+class StepCostModel;
 
 enum class PreemptionMode : uint8_t { kRecompute, kSwap };
 std::string_view preemption_mode_name(PreemptionMode mode);  // "recompute", "swap"
@@ -97,6 +102,10 @@ struct SchedulerOptions {
   kvcache::TierStack* tiers = nullptr;   // lower tiers to load prefixes from (not owned)
   LoadCostModel* load_cost = nullptr;    // load vs recompute (nullptr: always load)
   PreemptionMode preemption = PreemptionMode::kRecompute;
+  // Prefill chunks sized by a latency budget (step 1 at the top): 0 or no model: off.
+  int64_t step_budget_ns = 0;
+  const StepCostModel* step_cost = nullptr;  // not owned; read at each schedule()
+  int64_t min_prefill_tokens = 32;           // per step under the budget, when a prefill is pending
   struct Windows {
     bool on = false;           // sequences drop or release blocks (uncacheable, never forked)
     int64_t stream_sinks = 0;  // StreamingLLM: cache holds at most stream_sinks + stream_window
@@ -220,6 +229,7 @@ class Scheduler {
   void start_load(SchedSequence& seq, int64_t cached, std::vector<kvcache::LoadItem>& items, int64_t n_load_tokens);
   void finish_load(SchedSequence& seq, const kvcache::LoadResult& result);
   SchedSequence* victim();  // the last running sequence that is not loading
+  int64_t step_token_cap(int64_t num_decodes) const;  // tokens this step may take (latency budget)
   static void insert_ordered(std::vector<SchedSequence*>& list, SchedSequence* seq);
   static void erase_from(std::vector<SchedSequence*>& list, SchedSequence* seq);
 

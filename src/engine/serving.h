@@ -73,6 +73,11 @@ struct ServingConfig {
   // How a preempted sequence comes back (engine/scheduler.h): recompute its KV, or swap its
   // blocks into the host tier and load them back (without a host tier: recompute, logged).
   PreemptionMode preemption = PreemptionMode::kRecompute;
+  // Latency budget of a step while sequences decode (`--step-budget-ms`, engine/scheduler.h):
+  // prefill chunks are cut so that the estimated step time (engine/step_cost.h, fitted to the
+  // measured steps) stays within it, so a long prompt never stalls the decoding users for a
+  // whole max_num_batched_tokens step. 0: off (only max_num_batched_tokens caps a step).
+  double step_budget_ms = 100;
 };
 
 struct CompletionRequest {

@@ -20,8 +20,10 @@ void ServingEngine::with_block_manager(const std::function<void(kvcache::BlockMa
 
 namespace {
 
-SchedulerOptions scheduler_options(Engine& engine, const ServingConfig& c) {
+SchedulerOptions scheduler_options(Engine& engine, const ServingConfig& c, const StepCostModel* step_cost) {
   SchedulerOptions o;
+  o.step_budget_ns = static_cast<int64_t>(c.step_budget_ms * 1e6);
+  o.step_cost = step_cost;
   o.max_num_batched_tokens = c.max_num_batched_tokens;
   o.max_num_seqs = c.max_num_seqs;
   const int64_t num_blocks = engine.kv_plan().num_blocks;
@@ -57,6 +59,9 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::create(std::unique_ptr<Eng
   }
   if (config.max_num_seqs < 1) return Status::invalid_argument("max_num_seqs must be >= 1");
   if (config.max_num_batched_tokens < 1) return Status::invalid_argument("max_num_batched_tokens must be >= 1");
+  if (!(config.step_budget_ms >= 0 && config.step_budget_ms <= 3.6e6)) {
+    return Status::invalid_argument("step_budget_ms must be in [0, 3600000]");
+  }
   if (config.max_waiting < 0) return Status::invalid_argument("max_waiting must be >= 0");
   if (!(config.kv_watermark >= 0.0 && config.kv_watermark < 1.0)) {
     return Status::invalid_argument("kv_watermark must be in [0, 1)");
@@ -89,7 +94,8 @@ ServingEngineImpl::ServingEngineImpl(std::unique_ptr<Engine> engine, std::shared
       clock_(&engine_->clock()),
       n_vocab_(engine_->model().config().n_vocab),
       pool_tokens_(engine_->kv_plan().num_blocks * engine_->kv_layout().block_size),
-      scheduler_(engine_->block_manager(), scheduler_options(*engine_, config)),
+      step_cost_(kStepCostPriorFixedNs, kStepCostPriorPerTokenNs),
+      scheduler_(engine_->block_manager(), scheduler_options(*engine_, config, &step_cost_)),
       history_(*clock_),
       pins_(engine_->block_manager(),
             static_cast<int64_t>(config.max_pinned_share * static_cast<double>(engine_->kv_plan().num_blocks))),

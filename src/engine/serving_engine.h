@@ -37,6 +37,7 @@
 #include "kvcache/cache_pins.h"
 #include "engine/scheduler.h"
 #include "engine/serving.h"
+#include "engine/step_cost.h"
 #include "engine/text_stream.h"
 
 namespace pagoda::engine {
@@ -150,6 +151,10 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector, pub
   const Clock* clock_;
   int64_t n_vocab_ = 0;
   int64_t pool_tokens_ = 0;       // the whole KV pool, in tokens
+  // Step time per token count, fitted to every step (before scheduler_, which reads it). The
+  // prior (5 ms + 1 ms per token) holds until the first steps are measured.
+  static constexpr double kStepCostPriorFixedNs = 5e6, kStepCostPriorPerTokenNs = 1e6;
+  StepCostModel step_cost_;
   Scheduler scheduler_;
 
   // Loop state.

@@ -235,8 +235,10 @@ bool ServingEngineImpl::step_locked_out() {
   }
   const int64_t step_start = clock_->now_ns();
   const Status status = engine_->step(step_seqs_, /*all_rows=*/false, logits_.data());
+  const int64_t step_ns = clock_->now_ns() - step_start;
+  if (status.is_ok()) step_cost_.observe(plan.num_tokens, step_ns);
   if (status.is_ok() && engine_->load_cost() != nullptr && plan.num_tokens >= kMinPrefillSample) {
-    engine_->load_cost()->observe_prefill(plan.num_tokens, clock_->now_ns() - step_start);
+    engine_->load_cost()->observe_prefill(plan.num_tokens, step_ns);
   }
   if (!status.is_ok()) {  // a broken promise of the scheduler: fail what was in the step
     std::vector<RequestId> failed;

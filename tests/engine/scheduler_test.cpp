@@ -6,6 +6,8 @@
 
 #include <numeric>
 
+#include "engine/step_cost.h"
+
 namespace pagoda::engine {
 namespace {
 
@@ -212,6 +214,108 @@ TEST(Scheduler, SequenceThatCannotFitBesidePinnedBlocksIsRefusedNotLeftWaiting) 
   f.sched.remove(shared.id);
   pin.reset();
   f.bm.check_integrity();
+}
+
+// The latency budget with an injected cost model (10 ms + 1 ms per token, never fitted: no
+// timing): while a sequence decodes, a step takes the tokens that fit 40 ms (30), so the long
+// prompt gets 29 a step; alone (nobody decoding) it gets the whole max_num_batched_tokens.
+TEST(Scheduler, LatencyBudgetCutsPrefillChunksOnlyWhileSequencesDecode) {
+  const StepCostModel cost(10e6, 1e6);
+  ASSERT_EQ(cost.tokens_within(40'000'000), 30);
+  SchedulerOptions o = options(4, 64);
+  o.step_budget_ns = 40'000'000;
+  o.step_cost = &cost;
+  o.min_prefill_tokens = 8;
+  Fixture f(128, o);
+  SchedSequence& big = f.sched.add({0, 0, 0}, tokens(100, 10), 120, 1, {});
+  const StepPlan& p0 = f.sched.schedule();  // nobody decodes: no cap
+  ASSERT_EQ(p0.scheduled.size(), 1u);
+  EXPECT_EQ(p0.num_tokens, 64);
+  f.run(p0);
+  const StepPlan& p1 = f.sched.schedule();
+  EXPECT_EQ(p1.num_tokens, 36);  // still prefilling, nobody decodes: the rest at once
+  f.run(p1);
+  ASSERT_EQ(big.tokens.size(), 101u);  // decoding now
+  SchedSequence& b = f.sched.add({0, 1, 0}, tokens(70, 500), 80, 1, {});
+  for (int64_t expect : {29, 29, 12}) {  // admission is capped too
+    const StepPlan& p = f.sched.schedule();
+    ASSERT_EQ(p.scheduled.size(), 2u);
+    EXPECT_EQ(p.num_tokens, 1 + expect);
+    for (const ScheduledSeq& e : p.scheduled) EXPECT_EQ(e.n_tokens, e.seq == &big ? 1 : expect);
+    f.run(p);
+  }
+  EXPECT_EQ(f.bm.length(b.kv), 70);
+}
+
+// A budget the fixed cost alone exceeds still lets prefill progress by min_prefill_tokens a
+// step; the cap never exceeds max_num_batched_tokens; budget 0 is off.
+TEST(Scheduler, LatencyBudgetKeepsAMinimumChunkAndTheTokenCap) {
+  const StepCostModel slow(50e6, 1e6);
+  SchedulerOptions o = options(4, 16);
+  o.step_budget_ns = 20'000'000;
+  o.step_cost = &slow;
+  o.min_prefill_tokens = 5;
+  Fixture f(128, o);
+  SchedSequence& a = f.sched.add({0, 0, 0}, tokens(2, 10), 40, 1, {});
+  f.run(f.sched.schedule());
+  ASSERT_EQ(a.tokens.size(), 3u);
+  f.sched.add({0, 1, 0}, tokens(30, 100), 40, 1, {});
+  const StepPlan& p = f.sched.schedule();
+  EXPECT_EQ(p.num_tokens, 1 + 5);
+  f.run(p);
+
+  const StepCostModel fast(0, 1);  // 1 ns a token: 20 M tokens fit, capped at 16
+  SchedulerOptions o2 = options(4, 16);
+  o2.step_budget_ns = 20'000'000;
+  o2.step_cost = &fast;
+  Fixture g(128, o2);
+  g.sched.add({0, 0, 0}, tokens(2, 10), 40, 1, {});
+  g.run(g.sched.schedule());
+  g.sched.add({0, 1, 0}, tokens(30, 100), 40, 1, {});
+  EXPECT_EQ(g.sched.schedule().num_tokens, 16);
+
+  SchedulerOptions off = options(4, 16);
+  off.step_cost = &slow;  // no budget: the model is not asked
+  Fixture h(128, off);
+  h.sched.add({0, 0, 0}, tokens(2, 10), 40, 1, {});
+  h.run(h.sched.schedule());
+  h.sched.add({0, 1, 0}, tokens(30, 100), 40, 1, {});
+  EXPECT_EQ(h.sched.schedule().num_tokens, 16);
+}
+
+// The fit: steps on an exact line recover it; equal sizes keep the prior's slope and move the
+// intercept; a fit below the origin falls back to the line through the mean; bad samples are
+// ignored.
+TEST(StepCostModel, FitsTheMeasuredStepsLinearly) {
+  StepCostModel m(5e6, 1e6);
+  EXPECT_EQ(m.tokens_within(15'000'000), 10);
+  EXPECT_EQ(m.tokens_within(4'000'000), 0);
+  for (int i = 0; i < 3; ++i) m.observe(16, 40'000'000);  // one size: slope stays 1 ms
+  EXPECT_NEAR(m.per_token_ns(), 1e6, 1);
+  EXPECT_NEAR(m.fixed_ns(), 24e6, 1);
+
+  StepCostModel l(5e6, 1e6);
+  for (int64_t n : {1, 8, 64, 200, 16, 512}) l.observe(n, 2'000'000 + n * 300'000);  // 2 ms + 0.3 ms/token
+  EXPECT_NEAR(l.per_token_ns(), 300'000, 1);
+  EXPECT_NEAR(l.fixed_ns(), 2e6, 100);
+  for (int i = 0; i < 100; ++i) l.observe(i % 2 == 0 ? 10 : 110, 2'000'000 + (i % 2 == 0 ? 10 : 110) * 600'000);
+  EXPECT_NEAR(l.per_token_ns(), 600'000, 100);  // the old line has decayed away
+  EXPECT_NEAR(l.fixed_ns(), 2e6, 1e4);
+  EXPECT_EQ(l.tokens_within(62'300'000), 100);
+  l.observe(0, 1'000'000'000);  // ignored: no tokens
+  l.observe(5, -1);             // ignored: negative time
+  EXPECT_EQ(l.num_observed(), 106);
+
+  StepCostModel flat(5e6, 1e6);
+  flat.observe(10, 1'000'000);
+  flat.observe(100, 1'000'000);  // slope 0 clamps to 1 ns, the intercept carries the time
+  EXPECT_DOUBLE_EQ(flat.per_token_ns(), 1.0);
+  EXPECT_NEAR(flat.fixed_ns(), 1e6, 100);
+  StepCostModel neg(5e6, 1e6);
+  neg.observe(10, 10'000'000);
+  neg.observe(100, 1'000'000'000);  // 11 ms/token, intercept -100 ms: the line through the origin
+  EXPECT_DOUBLE_EQ(neg.fixed_ns(), 0.0);
+  EXPECT_NEAR(neg.per_token_ns(), (0.9 * 10e6 + 1e9) / (0.9 * 10 + 100), 1);
 }
 
 }  // namespace

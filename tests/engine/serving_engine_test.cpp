@@ -3,6 +3,7 @@
 // pool changes nothing but the count; n > 1 shares blocks; aborts, queue limits, shutdown and
 // the metrics.
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 #include "core/rng.h"
@@ -94,6 +95,24 @@ TEST(ServingEngine, ConcurrentMixedRequestsEqualGenerate) {
   // Fewer steps than one request at a time would need (decodes were batched).
   EXPECT_LT(m.steps, generated);
   testing::expect_clean(*se);
+}
+
+TEST(ServingEngine, StepBudgetOutOfRangeIsAClearError) {
+  auto s = testing::load_stories();
+  for (double bad : {-1.0, 4e6, std::nan("")}) {
+    engine::ServingConfig sc;
+    sc.step_budget_ms = bad;
+    engine::EngineConfig ec;
+    ec.num_threads = 1;
+    auto se = engine::ServingEngine::create(engine::Engine::create(s->model, ec, s->clock, s->logger).value(), s->tokenizer, sc);
+    ASSERT_FALSE(se.is_ok()) << bad;
+    EXPECT_EQ(se.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(se.status().message().find("step_budget_ms"), std::string::npos);
+  }
+  engine::ServingConfig off;
+  off.step_budget_ms = 0;  // off is valid
+  auto se = testing::serving(*s, {}, off);
+  EXPECT_NE(se, nullptr);
 }
 
 TEST(ServingEngine, LoopThreadGivesTheSameOutputs) {
