@@ -63,7 +63,7 @@ while [[ $# -gt 0 ]]; do
     --out) OUT="${2:?}"; shift 2 ;;
     --seed) SEED="${2:?}"; shift 2 ;;
     --no-interleave) INTERLEAVE=""; shift ;;
-    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
