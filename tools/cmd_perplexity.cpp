@@ -51,13 +51,18 @@ int perplexity(const PerplexityOptions& o, const Clock& clock, Logger& logger) {
   engine::Engine& eng = *loaded->engine;
   const model::Tokenizer& tok = *loaded->tokenizer;
   // Against the full f32 cache: a quantized KV format or a StreamingLLM window (--kv-window).
-  const bool compare = eo.kv_dtype != "f32" || eo.kv_window > 0;
+  // Or attention-score selection (--kv-select): chunk halves are the prompt (SnapKV selects
+  // after it); the scored second half is fed in chunks, evicting before each.
+  const kvcache::KvSelectParams select = eng.config().kv_select;
+  const bool compare = eo.kv_dtype != "f32" || eo.kv_window > 0 || select.on();
   std::unique_ptr<engine::Engine> baseline;
   if (compare) {
     EngineOptions bo = eo;
     bo.kv_dtype = "f32";
     bo.kv_window = 0;
     bo.kv_sinks = 0;
+    bo.kv_select = "off";
+    bo.kv_budget = bo.kv_recent = bo.kv_observe = 0;
     auto config = engine_config_from(bo);
     if (!config.is_ok()) return fail(config.status());
     auto b = engine::Engine::create(eng.shared_model(), *config, clock, logger);
@@ -80,7 +85,7 @@ int perplexity(const PerplexityOptions& o, const Clock& clock, Logger& logger) {
   for (int64_t c = 0; c < n_chunks; ++c) {
     std::vector<int32_t> chunk = {std::max(0, tok.bos_id())};
     chunk.insert(chunk.end(), tokens.begin() + c * (n_ctx - 1), tokens.begin() + (c + 1) * (n_ctx - 1));
-    auto logits = eng.score(chunk);
+    auto logits = select.on() ? eng.score(chunk, select, n_ctx / 2) : eng.score(chunk);
     if (!logits.is_ok()) return fail(logits.status());
     Result<std::vector<float>> base_logits = std::vector<float>();
     if (compare) {
@@ -120,6 +125,7 @@ int perplexity(const PerplexityOptions& o, const Clock& clock, Logger& logger) {
   nlohmann::json j = {{"model", o.engine.model_path.empty() ? "built-in default" : o.engine.model_path},
                       {"kv_dtype", eo.kv_dtype}, {"ctx_size", n_ctx}, {"chunks", n_chunks},
                       {"scored_tokens", count}, {"perplexity", ppl}, {"perplexity_stderr", ppl_err}};
+  if (select.on()) j["kv_select"] = select.describe();
   if (compare) {
     j["perplexity_f32_kv"] = std::exp(nll_base / count);
     j["mean_kl_divergence"] = kl_sum / count;

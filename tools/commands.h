@@ -30,6 +30,10 @@ struct EngineOptions {
   std::string kv_hash = "xxh64";
   int64_t kv_window = 0;  // StreamingLLM: tokens kept after the sinks (0: off)
   int64_t kv_sinks = 0;   // StreamingLLM: first tokens always kept
+  std::string kv_select = "off";  // attention-score selection: off | h2o | snapkv (kvcache/kv_select.h)
+  int64_t kv_budget = 0;          // tokens' KV a selecting sequence keeps at most
+  int64_t kv_recent = 0;          // newest tokens always kept (0: the method's default)
+  int64_t kv_observe = 0;         // SnapKV observation window (0: default)
   // Tiers below the pool (tools/kv_tiers.cpp).
   std::string kv_host_mem;               // "" or "0": no host tier
   std::string kv_disk_dir, kv_disk_mem;  // both or neither

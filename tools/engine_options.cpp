@@ -38,6 +38,17 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_option("--kv-sinks", o.kv_sinks, "StreamingLLM: the first S tokens always stay (attention sinks; "
                  "rounded up to whole blocks; needs --kv-window)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
+  app.add_option("--kv-select", o.kv_select,
+                 "attention-score KV selection: h2o (keep heavy hitters by accumulated attention) or snapkv (select "
+                 "the prompt by its last --kv-observe rows' attention, once); sequences keep at most --kv-budget "
+                 "tokens' KV and are never prefix-cached")
+      ->check(CLI::IsMember({"off", "h2o", "snapkv"}));
+  app.add_option("--kv-budget", o.kv_budget, "--kv-select: tokens' KV a sequence keeps at most")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
+  app.add_option("--kv-recent", o.kv_recent, "--kv-select: newest tokens always kept (default: budget/2; snapkv: "
+                 "min(observe, budget/2))")->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
+  app.add_option("--kv-observe", o.kv_observe, "--kv-select snapkv: observation window, the prompt's last W rows "
+                 "(default min(32, budget/2))")->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
   add_tier_options(app, o);
 }
 
@@ -72,6 +83,17 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
   }
   config.kv_window = o.kv_window;
   config.kv_sinks = o.kv_sinks;
+  const auto method = kvcache::kv_select_method_from_name(o.kv_select);
+  if (!method) return Status::error("unknown --kv-select '" + o.kv_select + "' (off, h2o, snapkv)");
+  config.kv_select.method = *method;
+  if (config.kv_select.on() && o.kv_budget <= 0) return Status::error("--kv-select needs --kv-budget N");
+  if (!config.kv_select.on() && (o.kv_budget > 0 || o.kv_recent > 0 || o.kv_observe > 0)) {
+    return Status::error("--kv-budget, --kv-recent and --kv-observe need --kv-select h2o|snapkv");
+  }
+  config.kv_select.budget = o.kv_budget;
+  config.kv_select.recent = o.kv_recent;
+  config.kv_select.observe = o.kv_observe;
+  PAGODA_RETURN_IF_ERROR(kvcache::normalize_kv_select(config.kv_select));
   config.max_context = o.ctx_size;
   config.max_batch_tokens = o.batch_size;
   return config;

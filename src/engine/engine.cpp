@@ -97,6 +97,10 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
     e->kv_views_.push_back(e->pool_->layer_view(mc.kv_cache_layer.empty() ? l : mc.kv_cache_layer[l]));
   }
   logger.info(kvcache::describe_kv_pool(layout, e->plan_));
+  if (config.kv_select.on()) {
+    e->model_ = model;  // check_kv_select reads the model
+    PAGODA_RETURN_IF_ERROR(e->check_kv_select(e->config_.kv_select));
+  }
 
   const int threads = config.num_threads > 0 ? config.num_threads : ThreadPool::hardware_threads();
   e->pool_threads_ = std::make_unique<ThreadPool>(threads);
@@ -104,6 +108,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   e->forward_ = std::make_unique<model::ForwardPass>(*e->model_, *e->pool_threads_, e->max_batch_tokens_, e->max_context_);
   e->tokens_.resize(e->max_batch_tokens_);
   e->positions_.resize(e->max_batch_tokens_);
+  e->rope_positions_.resize(e->max_batch_tokens_);
+  e->observe_from_.resize(e->max_batch_tokens_);
   e->spans_.resize(e->max_batch_tokens_);
   e->slots_.resize(e->max_batch_tokens_);
   e->logit_rows_.resize(e->max_batch_tokens_);
@@ -177,6 +183,9 @@ Status Engine::step(std::span<const StepSeq> seqs, bool all_rows, float* logits_
   for (const StepSeq& s : seqs) n += static_cast<int64_t>(s.tokens.size());
   CHECK(n > 0 && n <= max_batch_tokens_) << "step of " << n << " rows, max " << max_batch_tokens_;
   if (!streaming()) {  // (streaming steps free blocks first in make_room)
+    for (const StepSeq& s : seqs) {
+      if (blocks_->select_state(s.seq) != nullptr) select_before_append(s.seq, static_cast<int64_t>(s.tokens.size()));
+    }
     int64_t need = 0;
     for (const StepSeq& s : seqs) need += blocks_->plan(s.seq, static_cast<int64_t>(s.tokens.size())).num_new_blocks;
     if (need > blocks_->num_available_blocks()) {
@@ -184,6 +193,7 @@ Status Engine::step(std::span<const StepSeq> seqs, bool all_rows, float* logits_
                                  std::to_string(blocks_->num_available_blocks()) + " available; raise --kv-cache-mem)");
     }
   }
+  bool selecting = false;  // rope positions differ from cache positions
   copies_.clear();
   int64_t row = 0, n_logit_rows = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -191,6 +201,8 @@ Status Engine::step(std::span<const StepSeq> seqs, bool all_rows, float* logits_
     const int64_t len = static_cast<int64_t>(s.tokens.size());
     if (streaming()) make_room(s.seq, len);
     const int64_t first_pos = blocks_->length(s.seq);  // cache position (streaming) = position
+    const int64_t first_rope = blocks_->next_position(s.seq);  // > first_pos after evictions
+    selecting = selecting || first_rope != first_pos;
     if (!blocks_->append(s.seq, s.tokens, std::span<int64_t>(slots_.data() + row, len), copies_)) {
       return Status::error("out of KV cache blocks (" + std::to_string(blocks_->num_available_blocks()) +
                            " available; raise --kv-cache-mem)");
@@ -198,6 +210,7 @@ Status Engine::step(std::span<const StepSeq> seqs, bool all_rows, float* logits_
     for (int64_t j = 0; j < len; ++j) {
       tokens_[row + j] = s.tokens[j];
       positions_[row + j] = static_cast<int32_t>(first_pos + j);
+      rope_positions_[row + j] = static_cast<int32_t>(first_rope + j);
       if (logits_out != nullptr && (all_rows || (s.logits && j == len - 1))) logit_rows_[n_logit_rows++] = row + j;
     }
     spans_[i] = kernels::SeqSpan{row, len, nullptr, 0};
@@ -217,7 +230,15 @@ Status Engine::step(std::span<const StepSeq> seqs, bool all_rows, float* logits_
   batch.slot_mapping = std::span<const int64_t>(slots_.data(), n);
   batch.seqs = std::span<const kernels::SeqSpan>(spans_.data(), seqs.size());
   batch.logit_rows = std::span<const int64_t>(logit_rows_.data(), n_logit_rows);
+  if (selecting) batch.rope_positions = std::span<const int32_t>(rope_positions_.data(), n);
+  const bool scored = prepare_scores(seqs);
+  if (scored) {
+    batch.scores = scores_.data();
+    batch.score_stride = score_stride_;
+    batch.observe_from = observe_from_.data();
+  }
   forward_->forward(batch, kv_views_, logits_out);
+  if (scored) collect_scores(seqs);
   for (const StepSeq& s : seqs) {
     blocks_->commit(s.seq);
     if (frees_window_blocks()) release_out_of_window(s.seq);

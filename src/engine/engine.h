@@ -63,6 +63,10 @@ struct EngineConfig {
   // later row can attend to are freed (holes in the table); such sequences are never
   // prefix-cached nor forked. false: keep them (same results, more memory; for tests).
   bool free_out_of_window = true;
+  // Attention-score KV selection (--kv-select h2o|snapkv --kv-budget N [--kv-recent R]
+  // [--kv-observe W]; kvcache/kv_select.h): the default of every request (a request may set
+  // its own). Such sequences are never prefix-cached nor forked; not with windows, MLA or int4.
+  kvcache::KvSelectParams kv_select;
 };
 
 struct GenerateRequest {
@@ -73,6 +77,7 @@ struct GenerateRequest {
   std::string cache_salt;                // prefix-cache entries are shared only within one salt
   int32_t priority = 0;                  // eviction priority of its cached blocks (higher kept longer)
   bool dump_kv = false;                  // fill GenerateResult::kv_dump before releasing the blocks
+  std::optional<kvcache::KvSelectParams> kv_select;  // nullopt: EngineConfig::kv_select
 };
 
 enum class FinishReason { kLength, kStop, kAborted };
@@ -102,7 +107,10 @@ struct KvBlockDump {
   std::vector<float> k_head0; // layer 0, kv head 0, the block's first slot: first values of K
 };
 struct SequenceDump {
-  int64_t length = 0;         // cache position
+  int64_t length = 0;         // cache position (rows stored)
+  std::string kv_select;      // "" or the selection it ran ("h2o budget 64 recent 32"): not prefix-cached
+  int64_t next_position = 0;  // logical position of the next token (> length after evictions)
+  int64_t num_evicted = 0;    // rows dropped by selection
   std::vector<KvBlockDump> blocks;
 };
 std::string format_kv_dump(const SequenceDump& dump);
@@ -183,6 +191,19 @@ class Engine {
   // Logits after every position of `tokens`: [tokens.size(), n_vocab]. Uses the KV cache
   // like a prompt and frees it afterwards.
   Result<std::vector<float>> score(std::span<const int32_t> tokens);
+  // The same with attention-score selection: tokens [0, n_prompt) are a prompt (SnapKV selects
+  // once it is computed; H2O evicts from the start), the rest are fed in chunks of at most
+  // kv_select_max_chunk rows, as decoding would see them. `select` off: score(tokens).
+  Result<std::vector<float>> score(std::span<const int32_t> tokens, const kvcache::KvSelectParams& select,
+                                   int64_t n_prompt);
+  // Checks (and normalizes) a request's selection against this engine.
+  Status check_kv_select(kvcache::KvSelectParams& select) const;
+  // Grows the attention-score buffer so that steps of up to n_seqs sequences selecting with
+  // `select` (normalized) take no allocation: H2O's stored length never exceeds its budget.
+  // (A SnapKV prompt's observation-window chunks may still grow it once, to that prompt's
+  // length, and allocate the sequence's window sums once.) Not thread-safe: the step thread.
+  void reserve_kv_select(const kvcache::KvSelectParams& select, int64_t n_seqs);
+  size_t kv_score_capacity() const { return scores_.size(); }  // for tests: unchanged by steps
 
   // One forward pass over the new tokens of several sequences (a ragged batch; the serving
   // loop's step): appends them (slots, copy-on-write copies), runs the model, commits the
@@ -211,6 +232,10 @@ class Engine {
   int64_t max_batch_tokens() const { return max_batch_tokens_; }
   const EngineConfig& config() const { return config_; }
   const Clock& clock() const { return *clock_; }
+  // Selection a request runs under (its own, else the engine's default), normalized.
+  kvcache::KvSelectParams kv_select_for(const GenerateRequest& request) const {
+    return request.kv_select.has_value() ? *request.kv_select : config_.kv_select;
+  }
   const Logger& logger() const { return *logger_; }
   // Sequences drop or release blocks (StreamingLLM, sliding-window models).
   bool windowed() const { return windowed_seqs(); }
@@ -237,7 +262,17 @@ class Engine {
   bool streaming() const { return kv_window_ > 0; }
   bool frees_window_blocks() const { return !streaming() && model_window_ > 0 && config_.free_out_of_window; }
   bool windowed_seqs() const { return streaming() || frees_window_blocks(); }
-  kvcache::SequenceOptions sequence_options(const kvcache::KvNamespace& ns, int32_t priority) const;
+  kvcache::SequenceOptions sequence_options(const kvcache::KvNamespace& ns, int32_t priority,
+                                            const kvcache::KvSelectParams& select = {}, int64_t n_prompt = 0) const;
+  // Selection (engine_select.cpp). Before appending n_new rows: SnapKV's selection once its
+  // prompt is in, then evicting and compacting down to budget - n_new rows.
+  void select_before_append(kvcache::SeqId seq, int64_t n_new);
+  // Sets up this step's attention-score output (observe_from_, scores_); false when no
+  // sequence of the step is observed. After the forward pass, collect_scores adds them in.
+  bool prepare_scores(std::span<const StepSeq> seqs);
+  void collect_scores(std::span<const StepSeq> seqs);
+  // Rows per prefill chunk of a sequence (its selection may lower prefill_chunk()).
+  int64_t chunk_for(const kvcache::KvSelectParams& select) const;
   // Rows per prefill chunk (streaming: at most kv_window - block_size, so one chunk always fits).
   int64_t prefill_chunk() const;
   // StreamingLLM: drops blocks after the sinks (re-rotating later K) until n_new more tokens fit.
@@ -274,7 +309,12 @@ class Engine {
   std::vector<kernels::KvLayerView> kv_views_;  // [n_layer]
   // Step scratch, sized at creation.
   std::vector<int32_t> tokens_;       // [max_batch_tokens]
-  std::vector<int32_t> positions_;    // [max_batch_tokens]
+  std::vector<int32_t> positions_;    // [max_batch_tokens] cache positions (attention's causal order)
+  std::vector<int32_t> rope_positions_;  // [max_batch_tokens] logical positions (differ after selection)
+  std::vector<int32_t> observe_from_;    // [max_batch_tokens] per step sequence (kernels::AttentionScores)
+  std::vector<float> scores_;            // [n_seqs, n_layer, n_kv_head, score_stride_]: grows, then stays
+  int64_t score_stride_ = 0;
+  std::vector<int64_t> victims_;         // rows one eviction drops
   std::vector<kernels::SeqSpan> spans_;          // [max_batch_tokens]
   std::vector<kvcache::BlockCopy> copies_;      // copy-on-write copies of one step
   std::vector<int64_t> slots_;        // [max_batch_tokens]

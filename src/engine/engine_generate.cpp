@@ -17,29 +17,50 @@ Status Engine::validate_request(const GenerateRequest& request) const {
   }
   PAGODA_RETURN_IF_ERROR(request.sampling.validate());
   // The last generated token is returned, never fed back, so it needs no KV slot.
-  return check_fits(n_prompt + std::max<int64_t>(0, request.max_new_tokens - 1));
+  const int64_t total = n_prompt + std::max<int64_t>(0, request.max_new_tokens - 1);
+  kvcache::KvSelectParams select = kv_select_for(request);
+  if (!select.on()) return check_fits(total);
+  PAGODA_RETURN_IF_ERROR(check_kv_select(select));
+  if (total > max_context_) {
+    return Status::error("prompt + generation is " + std::to_string(total) + " tokens, more than the context of " +
+                         std::to_string(max_context_) + " tokens");
+  }
+  // H2O holds at most its budget; SnapKV its whole prompt until the selection.
+  const int64_t held = std::min(total, select.method == kvcache::KvSelectMethod::kSnapKv ? std::max(n_prompt, select.budget)
+                                                                                         : select.budget);
+  if (held > plan_.token_capacity) {
+    return Status::error("KV selection holds up to " + std::to_string(held) + " tokens, more than the KV cache holds (" +
+                         std::to_string(plan_.token_capacity) + " tokens; raise --kv-cache-mem)");
+  }
+  return Status::ok();
 }
 
 Result<kvcache::SeqId> Engine::admit_and_prefill(const GenerateRequest& request, GenerateStats& stats,
                                                  float* logits_out) {
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
   const kvcache::KvNamespace ns = kv_namespace(request.cache_salt);
+  kvcache::KvSelectParams select = kv_select_for(request);
+  PAGODA_RETURN_IF_ERROR(check_kv_select(select));  // (normalizes)
+  const bool cacheable = !windowed_seqs() && !select.on();
   kvcache::PrefixMatch hit;
-  if (config_.enable_prefix_caching && !windowed_seqs()) hit = blocks_->match_prefix(request.prompt, ns);
-  // Windowed sequences never hold the whole prompt at once: step() reports a shortage.
-  if (!windowed_seqs() && !blocks_->plan(hit, n_prompt).fits()) {
+  if (config_.enable_prefix_caching && cacheable) hit = blocks_->match_prefix(request.prompt, ns);
+  // Windowed and H2O sequences never hold the whole prompt at once: step() reports a shortage.
+  if (cacheable && !blocks_->plan(hit, n_prompt).fits()) {
     return Status::error("the prompt needs more KV blocks than are available (" +
                          std::to_string(blocks_->num_available_blocks()) + "; raise --kv-cache-mem)");
   }
   // Reserves the table once (holes keep their entries; streaming tables stay <= sinks + window).
   const int64_t total = n_prompt + request.max_new_tokens;
   const kvcache::SeqId seq = blocks_->add_sequence(streaming() ? kv_tokens_needed(total) : total,
-                                                   sequence_options(ns, request.priority));
+                                                   sequence_options(ns, request.priority, select, n_prompt));
   if (!hit.empty()) blocks_->adopt(seq, std::move(hit));
-  if (tiers_ != nullptr && config_.enable_prefix_caching) stats.loaded_tokens = load_from_tiers(seq, request.prompt, ns);
+  if (tiers_ != nullptr && config_.enable_prefix_caching && cacheable) {
+    stats.loaded_tokens = load_from_tiers(seq, request.prompt, ns);
+  }
   stats.cached_tokens = blocks_->length(seq);
-  for (int64_t begin = stats.cached_tokens; begin < n_prompt; begin += prefill_chunk()) {
-    const int64_t n = std::min(prefill_chunk(), n_prompt - begin);
+  const int64_t chunk = chunk_for(select);
+  for (int64_t begin = stats.cached_tokens; begin < n_prompt; begin += chunk) {
+    const int64_t n = std::min(chunk, n_prompt - begin);
     const bool last = begin + n == n_prompt;
     const StepSeq chunk{seq, std::span<const int32_t>(request.prompt).subspan(begin, n)};
     Status s = step(std::span<const StepSeq>(&chunk, 1), false, last ? logits_out : nullptr);
@@ -63,9 +84,9 @@ Result<ParallelResult> Engine::generate_parallel(const GenerateRequest& request,
     return Status::error("parallel samples must be in [1, " + std::to_string(max_batch_tokens_) + "]");
   }
   PAGODA_RETURN_IF_ERROR(validate_request(request));
-  if (n > 1 && windowed_seqs()) {
-    return Status::error("parallel samples share blocks by forking, which windowed sequences (--kv-window, "
-                         "sliding-window models) cannot do");
+  if (n > 1 && (windowed_seqs() || kv_select_for(request).on())) {
+    return Status::error("parallel samples share blocks by forking, which windowed or selecting sequences (--kv-window, "
+                         "sliding-window models, --kv-select) cannot do; serve them (each choice prefills on its own)");
   }
   const int64_t n_vocab = model_->config().n_vocab;
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
@@ -156,6 +177,11 @@ Result<ParallelResult> Engine::generate_parallel(const GenerateRequest& request,
 SequenceDump Engine::dump_sequence(kvcache::SeqId seq) {
   SequenceDump dump;
   dump.length = blocks_->length(seq);
+  dump.next_position = blocks_->next_position(seq);
+  if (const kvcache::KvSelectState* st = blocks_->select_state(seq); st != nullptr) {
+    dump.kv_select = st->params.describe();
+    dump.num_evicted = st->num_evicted;
+  }
   const kernels::KvLayerView& layer0 = kv_views_[0];
   for (int32_t b : blocks_->block_table(seq)) {
     KvBlockDump d;
@@ -193,6 +219,10 @@ SequenceDump Engine::dump_sequence(kvcache::SeqId seq) {
 
 std::string format_kv_dump(const SequenceDump& dump) {
   std::string out = "length " + std::to_string(dump.length) + ", " + std::to_string(dump.blocks.size()) + " blocks\n";
+  if (!dump.kv_select.empty()) {
+    out += "kv select " + dump.kv_select + ": " + std::to_string(dump.num_evicted) + " rows evicted, next position " +
+           std::to_string(dump.next_position) + "; not prefix-cached (selected rows are not a prompt prefix)\n";
+  }
   char line[256];
   for (size_t i = 0; i < dump.blocks.size(); ++i) {
     const KvBlockDump& b = dump.blocks[i];

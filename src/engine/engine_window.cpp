@@ -8,11 +8,14 @@
 
 namespace pagoda::engine {
 
-kvcache::SequenceOptions Engine::sequence_options(const kvcache::KvNamespace& ns, int32_t priority) const {
+kvcache::SequenceOptions Engine::sequence_options(const kvcache::KvNamespace& ns, int32_t priority,
+                                                  const kvcache::KvSelectParams& select, int64_t n_prompt) const {
   kvcache::SequenceOptions o;
   o.ns = ns;
   o.priority = priority;
-  o.cacheable = !windowed_seqs();
+  o.cacheable = !windowed_seqs() && !select.on();
+  o.select = select;
+  o.select_prompt = n_prompt;
   return o;
 }
 

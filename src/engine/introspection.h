@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,10 @@ struct SequenceKv {
   int choice = 0;
   bool running = false;
   int64_t length = 0;            // KV tokens held
+  // KV selection ("" none, else "h2o budget 64 recent 32"): such a sequence is never
+  // prefix-cached (its rows move between blocks); kv_evicted rows dropped so far.
+  std::string kv_select;
+  int64_t kv_evicted = 0;
   std::vector<BlockSnapshot> blocks;
 };
 
@@ -150,6 +155,7 @@ enum class ExplainCause {
   kKvFormatDiffers,    // ... in another KV format (dtype, layout, block size)
   kTemplateRewrite,    // the chat template renders an earlier turn differently now
   kWindow,             // a windowed model or --kv-window: nothing is prefix-cached
+  kKvSelect,           // the request selects its KV (H2O/SnapKV): it is never prefix-cached
   kPrefixCacheOff,     // --no-prefix-cache
   kTooShort,           // the prompt has no full block before its last token
 };
@@ -191,6 +197,7 @@ struct ExplainRequest {
   // reply, + the reply) when the conversation no longer renders them as they were; where one
   // leaves `prompt` before the chain breaks, the cause is a template rewrite.
   std::vector<std::vector<int32_t>> earlier_turns;
+  std::optional<kvcache::KvSelectParams> kv_select;  // as CompletionRequest::kv_select (nullopt: the default)
 };
 
 // What the server asks of a serving engine that can show its cache. Each call runs on the

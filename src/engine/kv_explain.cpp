@@ -18,6 +18,7 @@ const char* explain_cause_name(ExplainCause cause) {
     case ExplainCause::kKvFormatDiffers: return "kv_format_differs";
     case ExplainCause::kTemplateRewrite: return "template_rewrite";
     case ExplainCause::kWindow: return "window";
+    case ExplainCause::kKvSelect: return "kv_select";
     case ExplainCause::kPrefixCacheOff: return "prefix_cache_off";
     case ExplainCause::kTooShort: return "too_short";
   }
@@ -152,6 +153,11 @@ KvExplanation explain_prefix(const ExplainContext& c, std::span<const int32_t> p
   if (c.windowed) {
     return finish(ExplainCause::kWindow, "this engine keeps a sliding window of KV (a windowed model or --kv-window): "
                                          "its sequences drop blocks and are never prefix-cached");
+  }
+  if (!c.kv_select.empty()) {
+    return finish(ExplainCause::kKvSelect, "this request selects its KV by attention score (" + c.kv_select +
+                                               "): evicted rows leave its blocks and the rest move between them, so "
+                                               "it is never prefix-cached (no lookup, no registration)");
   }
   if (!c.prefix_caching) return finish(ExplainCause::kPrefixCacheOff, "the prefix cache is off (--no-prefix-cache)");
   if (max_blocks == 0) {

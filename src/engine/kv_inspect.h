@@ -45,6 +45,7 @@ struct ExplainContext {
   kvcache::KvNamespace ns;             // the request's
   bool prefix_caching = true;
   bool windowed = false;
+  std::string kv_select;               // the request's selection ("" none): never prefix-cached
   int64_t now_ns = 0;                  // for ages
   // The tiers below the pool, fastest first (empty: none), and which of them hold a block now:
   // bit t for tier_names[t], as far as a lookup answered at once tells (TierStack::holders_now).

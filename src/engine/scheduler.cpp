@@ -54,8 +54,9 @@ void Scheduler::erase_from(std::vector<SchedSequence*>& list, SchedSequence* seq
 }
 
 SchedSequence& Scheduler::add(const SeqKey& key, std::vector<int32_t> tokens, int64_t max_tokens, int32_t slots,
-                              const kvcache::KvNamespace& ns) {
+                              const kvcache::KvNamespace& ns, const kvcache::KvSelectParams& select) {
   CHECK(!tokens.empty() && slots >= 1);
+  CHECK(!select.on() || slots == 1) << "selecting sequences are never forked";
   const SchedSeqId id = next_id_++;
   SchedSequence& s = seqs_[id];
   s.id = id;
@@ -64,6 +65,8 @@ SchedSequence& Scheduler::add(const SeqKey& key, std::vector<int32_t> tokens, in
   s.max_tokens = std::max<int64_t>(max_tokens, static_cast<int64_t>(s.tokens.size()));
   s.slots = slots;
   s.ns = ns;
+  s.select = select;
+  s.select_prompt = select.on() ? static_cast<int64_t>(s.tokens.size()) : 0;
   insert_ordered(waiting_, &s);
   return s;
 }
@@ -102,7 +105,7 @@ SchedSequence& Scheduler::fork(SchedSequence& parent, const SeqKey& key) {
   child.max_tokens = parent.max_tokens;
   child.slots = 1;
   child.ns = parent.ns;
-  CHECK(!options_.windows.on) << "windowed sequences are never forked";
+  CHECK(!uncached(parent)) << "windowed or selecting sequences are never forked";
   child.kv = blocks_.fork(parent.kv);
   child.fed = parent.fed;
   child.admitted_cached = parent.admitted_cached;
@@ -136,18 +139,35 @@ int64_t Scheduler::blocks_needed(const SchedSequence& seq, int64_t n) const {
   return std::max<int64_t>(0, (length + n + B - 1) / B - held);
 }
 
+int64_t Scheduler::max_rows(const SchedSequence& seq, int64_t begin, int64_t n) const {
+  if (options_.windows.max_chunk > 0) n = std::min(n, options_.windows.max_chunk);
+  if (!seq.select.on()) return n;
+  if (seq.select.method == kvcache::KvSelectMethod::kSnapKv && begin < seq.select_prompt) {
+    return std::min(n, seq.select_prompt - begin);  // the prompt's last chunk ends at its end
+  }
+  return std::min(n, kvcache::kv_select_max_chunk(seq.select));
+}
+
+int64_t Scheduler::kv_cap(const SchedSequence& seq) const {
+  if (seq.select.method == kvcache::KvSelectMethod::kH2O) return seq.select.budget;
+  if (seq.select.method == kvcache::KvSelectMethod::kSnapKv) return std::max(seq.select_prompt, seq.select.budget);
+  return options_.windows.kv_token_cap;
+}
+
 bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks) {
   const int64_t n_tokens = static_cast<int64_t>(seq.tokens.size());
   const SchedulerOptions::Windows& w = options_.windows;
+  const bool cached = !uncached(seq);
+  const int64_t cap = kv_cap(seq);
   kvcache::PrefixMatch hit;
-  if (options_.enable_prefix_caching && !w.on) hit = blocks_.match_prefix(seq.tokens, seq.ns);
-  const kvcache::KvPlan whole = blocks_.plan(hit, w.kv_token_cap > 0 ? std::min(n_tokens, w.kv_token_cap) : n_tokens);
+  if (options_.enable_prefix_caching && cached) hit = blocks_.match_prefix(seq.tokens, seq.ns);
+  const kvcache::KvPlan whole = blocks_.plan(hit, cap > 0 ? std::min(n_tokens, cap) : n_tokens);
   int64_t limit = blocks_.num_available_blocks() - reserved_blocks;
   if (!running_.empty()) limit -= options_.watermark_blocks;  // alone, it may use the whole pool
   if (whole.num_new_blocks > limit) return false;  // `hit` unpins
   int64_t n_load = 0;  // tokens to load from the tiers (whole blocks after the hit)
   items_scratch_.clear();
-  if (options_.tiers != nullptr && options_.enable_prefix_caching && !w.on &&
+  if (options_.tiers != nullptr && options_.enable_prefix_caching && cached &&
       !plan_load(seq, hit, items_scratch_, n_load)) {
     waiting_for_tier_ = true;
     return false;  // a tier has not answered yet: admission waits for it
@@ -155,10 +175,12 @@ bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& re
   kvcache::SequenceOptions o;
   o.ns = seq.ns;
   o.priority = seq.key.priority;
-  o.cacheable = !w.on;
+  o.cacheable = cached;
+  o.select = seq.select;
+  o.select_prompt = seq.select_prompt;
   const int64_t table_tokens = w.stream_window > 0 ? std::min(seq.max_tokens, w.kv_token_cap) : seq.max_tokens;
   seq.kv = blocks_.add_sequence(table_tokens, o);
-  if (options_.enable_prefix_caching && !w.on) {
+  if (options_.enable_prefix_caching && cached) {
     plan_.prefix_queried_tokens += n_tokens;
     plan_.prefix_hit_tokens += hit.num_tokens();
   }
@@ -186,8 +208,7 @@ bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& re
     plan_.loaded.push_back(&seq);
   }
   const int64_t from = seq.fed = blocks_.length(seq.kv);
-  int64_t n = std::min(n_tokens - from, token_budget);
-  if (w.max_chunk > 0) n = std::min(n, w.max_chunk);
+  const int64_t n = max_rows(seq, from, std::min(n_tokens - from, token_budget));
   reserved_blocks += blocks_needed(seq, n);
   seq.fed = from + n;
   token_budget -= n;
@@ -224,8 +245,7 @@ const StepPlan& Scheduler::schedule() {
     const int64_t computed = s->fed;
     const int64_t pending = static_cast<int64_t>(s->tokens.size()) - computed;
     CHECK_GE(pending, 1) << "a running sequence with nothing to feed (the owner samples or removes it)";
-    int64_t n = pending == 1 ? 1 : std::min(pending, prefill_budget);
-    if (options_.windows.max_chunk > 0) n = std::min(n, options_.windows.max_chunk);
+    const int64_t n = max_rows(*s, computed, pending == 1 ? 1 : std::min(pending, prefill_budget));
     if (n == 0) {  // a prefill without budget this step: it waits, holding its blocks
       ++i;
       continue;

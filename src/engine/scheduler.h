@@ -46,6 +46,15 @@
 // it drops blocks. Block needs count what the engine's step frees first (StreamingLLM drops the
 // oldest non-sink blocks before appending), admission needs at most kv_token_cap tokens' blocks,
 // and a StreamingLLM prefill chunk is at most max_chunk tokens (Engine::prefill_chunk).
+// Selecting sequences (SchedSequence::select on: H2O/SnapKV, kvcache/kv_select.h) are handled
+// like windowed ones, per sequence: uncacheable (no lookup, no registration, no tier load, so a
+// swap preemption is a recompute one), never forked, admitted for the KV they hold at most
+// (H2O: budget; SnapKV: max(prompt, budget), its whole prompt until the selection), and fed in
+// chunks the engine's eviction allows: H2O at most kv_select_max_chunk rows per step (prompt
+// included); SnapKV's chunks end at the prompt's end (the last one holds the observation
+// window, and the selection runs before the next step), later ones (recompute after
+// preemption) at most kv_select_max_chunk. blocks_needed counts the blocks left after the
+// eviction the step does first (BlockManager::plan), so the budget holds in every step.
 // Invariants: sum of slots of running sequences <= max_num_seqs; every scheduled token's block
 // is accounted for before the step runs (Engine::step never runs out); a sequence that is the
 // only one running always fits (the owner clips a request to the pool at submit).
@@ -120,6 +129,8 @@ struct SchedSequence {
   int64_t max_tokens = 0;        // KV table reserve (prompt + max generated)
   int32_t slots = 1;             // sequence slots held while running (n before the fork)
   kvcache::KvNamespace ns;       // prefix-cache namespace (model, KV format, salt)
+  kvcache::KvSelectParams select;  // on: attention-score selection (normalized), see the top
+  int64_t select_prompt = 0;     // selecting: prompt tokens (SnapKV's window ends there)
   kvcache::SeqId kv = -1;        // block-manager sequence while running, else -1
   int64_t fed = 0;               // tokens[0, fed) have KV computed (or scheduled) while running
   int64_t admitted_cached = 0;   // tokens adopted from the prefix cache (pool + tiers) at the last admission
@@ -165,9 +176,10 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
   ~Scheduler();  // frees the KV of every sequence
 
-  // A new waiting sequence. Preconditions: tokens non-empty, slots >= 1.
+  // A new waiting sequence. Preconditions: tokens non-empty, slots >= 1; selecting (`select`
+  // on, normalized): slots 1, tokens = the prompt.
   SchedSequence& add(const SeqKey& key, std::vector<int32_t> tokens, int64_t max_tokens, int32_t slots,
-                     const kvcache::KvNamespace& ns);
+                     const kvcache::KvNamespace& ns, const kvcache::KvSelectParams& select = {});
   // Frees its KV (if running) and forgets it.
   void remove(SchedSeqId id);
   // A running sequence with the same tokens sharing every block of `parent` (copy-on-write),
@@ -195,6 +207,12 @@ class Scheduler {
   // New blocks a step feeding n tokens of a running sequence takes (after StreamingLLM drops).
   int64_t blocks_needed(const SchedSequence& seq, int64_t n) const;
   bool try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks);
+  // Windowed or selecting: no prefix cache, no tiers, no fork.
+  bool uncached(const SchedSequence& seq) const { return options_.windows.on || seq.select.on(); }
+  // The most tokens one step may feed seq from tokens[begin] on (windows, selection).
+  int64_t max_rows(const SchedSequence& seq, int64_t begin, int64_t n) const;
+  // The most KV tokens seq holds at once (0: no bound but its length).
+  int64_t kv_cap(const SchedSequence& seq) const;
   // Tiers (scheduler_tiers.cpp).
   void poll_tiers();
   // After the pool hit: how many tokens to load from the tiers and from where; false while a

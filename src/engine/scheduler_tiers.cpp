@@ -22,7 +22,7 @@ bool Scheduler::can_swap() const {
 }
 
 bool Scheduler::swap_out(SchedSequence& seq) {
-  if (!can_swap()) {
+  if (!can_swap() || uncached(seq)) {  // a selecting sequence's blocks have no hashes: recompute
     ++plan_.swap_fallbacks;
     return false;
   }

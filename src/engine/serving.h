@@ -33,12 +33,22 @@
 // create() refuses a pool smaller than one sequence's window (Engine::kv_token_cap). A
 // preempted StreamingLLM choice is recomputed in prefill chunks, so its cache can differ from
 // the one its decode built (outputs may then differ from an unpreempted run).
+// KV selection (CompletionRequest::kv_select or the engine's --kv-select; H2O/SnapKV): each
+// choice is a sequence of its own that prefills the prompt (H2O evicts during the prompt, and
+// compaction moves rows inside blocks, so nothing can be shared by a fork); such sequences are
+// never prefix-cached (no lookup, no registration; explain and the request dump say so), and a
+// swap preemption of one is a recompute. It holds at most its budget of KV tokens (SnapKV: its
+// whole prompt until the selection made after the prompt's last chunk); max_tokens is clipped
+// to the context, and a request whose selection holds more than the pool is kTooLarge. A
+// preempted selecting choice is recomputed in prefill chunks, so its selection (and output)
+// may differ from an unpreempted run; the budget holds either way.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -76,6 +86,9 @@ struct CompletionRequest {
   int logprobs = -1;                     // -1: none; k >= 0: chosen token's logprob + top k (k <= 20)
   int32_t priority = 0;                  // higher: admitted first, preempted last, cached longer
   std::string cache_salt;                // prefix-cache entries are shared only within one salt
+  // Attention-score KV selection (H2O/SnapKV, kvcache/kv_select.h) for this request; nullopt:
+  // the engine's default (EngineConfig::kv_select, `--kv-select`); method off: none.
+  std::optional<kvcache::KvSelectParams> kv_select;
 };
 
 struct TokenLogprob {

@@ -95,6 +95,7 @@ ServingEngineImpl::ServingEngineImpl(std::unique_ptr<Engine> engine, std::shared
             static_cast<int64_t>(config.max_pinned_share * static_cast<double>(engine_->kv_plan().num_blocks))),
       start_ns_(clock_->now_ns()) {
   engine_->block_manager().add_listener(&history_);
+  engine_->reserve_kv_select(engine_->config().kv_select, config_.max_num_seqs);  // (off: nothing)
   step_seqs_.reserve(config_.max_num_seqs);
   logits_.resize(config_.max_num_seqs * n_vocab_);
   row_.resize(n_vocab_);
@@ -113,7 +114,7 @@ ServingEngineImpl::~ServingEngineImpl() {
   engine_->block_manager().remove_listener(&history_);
 }
 
-Status ServingEngineImpl::validate(const CompletionRequest& r, int64_t* max_tokens) const {
+Status ServingEngineImpl::validate(const CompletionRequest& r, int64_t* max_tokens, kvcache::KvSelectParams* select_out) const {
   const int64_t n_prompt = static_cast<int64_t>(r.prompt.size());
   if (n_prompt == 0) return Status::invalid_argument("empty prompt: at least one token (e.g. BOS) is needed");
   for (int32_t id : r.prompt) {
@@ -135,6 +136,26 @@ Status ServingEngineImpl::validate(const CompletionRequest& r, int64_t* max_toke
   if (n_prompt >= engine_->max_context()) {
     return Status::too_large("the prompt has " + std::to_string(n_prompt) + " tokens; the context of " +
                              std::to_string(engine_->max_context()) + " leaves no room to generate");
+  }
+  kvcache::KvSelectParams select = r.kv_select.has_value() ? *r.kv_select : engine_->config().kv_select;
+  if (select.on()) {
+    Status checked = engine_->check_kv_select(select);  // (normalizes)
+    if (!checked.is_ok()) return Status::invalid_argument("kv_select: " + checked.message());
+  }
+  if (select_out != nullptr) *select_out = select;
+  if (select.on()) {
+    // The context bounds prompt + generated; the pool what the selection holds at once.
+    *max_tokens = std::min(r.max_tokens, engine_->max_context() - n_prompt);
+    const int64_t total = n_prompt + *max_tokens - 1;  // the last token needs no KV
+    const int64_t held = select.method == kvcache::KvSelectMethod::kH2O ? std::min(total, select.budget)
+                                                                         : std::max(n_prompt, std::min(total, select.budget));
+    const int64_t pool_tokens = pool_tokens_ - pinned_blocks_.load() * engine_->kv_layout().block_size;
+    if (held > pool_tokens) {
+      return Status::too_large("kv_select " + select.describe() + " holds up to " + std::to_string(held) +
+                               " KV tokens, more than the KV cache's " + std::to_string(pool_tokens) +
+                               " (unpinned); raise --kv-cache-mem");
+    }
+    return Status::ok();
   }
   if (engine_->windowed()) {
     // Windowed sequences hold at most kv_token_cap tokens' blocks (checked against the pool at
@@ -166,7 +187,9 @@ Result<RequestId> ServingEngineImpl::enqueue(CompletionRequest request, std::sha
                                              std::shared_ptr<PinJob> pin) {
   if (observer == nullptr) return Status::invalid_argument("no observer");
   int64_t max_tokens = 0;
-  PAGODA_RETURN_IF_ERROR(validate(request, &max_tokens));
+  kvcache::KvSelectParams select;
+  PAGODA_RETURN_IF_ERROR(validate(request, &max_tokens, &select));
+  request.kv_select = select;  // resolved: admit_new reads it as is
   const int64_t now = clock_->now_ns();
   RequestId id = 0;
   {

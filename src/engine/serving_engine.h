@@ -115,7 +115,8 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector, pub
     int choice;
   };
 
-  Status validate(const CompletionRequest& r, int64_t* max_tokens) const;
+  // *select (when non-null): the request's selection, resolved against the default and normalized.
+  Status validate(const CompletionRequest& r, int64_t* max_tokens, kvcache::KvSelectParams* select = nullptr) const;
   Result<RequestId> enqueue(CompletionRequest request, std::shared_ptr<RequestObserver> observer,
                             std::shared_ptr<PinJob> pin);
   void complete_pin(Request& r);   // its prompt is computed: pin it, end the request

@@ -139,6 +139,10 @@ SequenceKv ServingEngineImpl::sequence_kv(const SchedSequence& seq) {
   s.running = seq.running();
   if (!s.running) return s;
   s.length = bm.length(seq.kv);
+  if (const kvcache::KvSelectState* st = bm.select_state(seq.kv); st != nullptr) {
+    s.kv_select = st->params.describe() + "; not prefix-cached";
+    s.kv_evicted = st->num_evicted;
+  }
   const std::vector<int32_t>& table = bm.block_table(seq.kv);
   // Blocks [first_loading, ...) are being read from the tiers of seq.load_runs, in order.
   const int64_t first_loading = bm.loading(seq.kv) ? bm.num_computed(seq.kv) / B : static_cast<int64_t>(table.size());
@@ -226,6 +230,8 @@ Result<KvExplanation> ServingEngineImpl::explain(const ExplainRequest& request) 
     c.ns = engine_->kv_namespace(request.cache_salt);
     c.prefix_caching = engine_->config().enable_prefix_caching;
     c.windowed = engine_->windowed();
+    kvcache::KvSelectParams select = request.kv_select.value_or(engine_->config().kv_select);
+    if (select.on() && engine_->check_kv_select(select).is_ok()) c.kv_select = select.describe();
     c.now_ns = clock_->now_ns();
     if (kvcache::TierStack* tiers = engine_->tiers()) {
       for (int t = 0; t < tiers->num_tiers(); ++t) c.tier_names.emplace_back(tiers->tier(t).name());

@@ -57,6 +57,7 @@ Status ServingEngineImpl::pin(PinRequest request, std::shared_ptr<PinObserver> o
   r.max_tokens = 1;  // computed, never sampled (complete_pin)
   r.cache_salt = request.cache_salt;
   r.priority = request.priority;
+  r.kv_select = kvcache::KvSelectParams{};  // a pin is computed with the full cache (a default --kv-select aside)
   int64_t max_tokens = 0;
   PAGODA_RETURN_IF_ERROR(validate(r, &max_tokens));  // ids, context, pool: as a completion's
   const int64_t bs = engine_->kv_layout().block_size;

@@ -62,12 +62,14 @@ void ServingEngineImpl::admit_new(Submitted& s) {
     r->choices.back().text.emplace(*tokenizer_, r->req.stop);
   }
   const kvcache::KvNamespace ns = engine_->kv_namespace(r->req.cache_salt);
-  if (engine_->windowed()) {
-    // Windowed sequences are never forked: each choice prefills the prompt on its own.
+  const kvcache::KvSelectParams select = r->req.kv_select.value_or(kvcache::KvSelectParams{});  // resolved at submit
+  if (select.on()) engine_->reserve_kv_select(select, config_.max_num_seqs);  // grows once per larger budget
+  if (engine_->windowed() || select.on()) {
+    // Windowed and selecting sequences are never forked: each choice prefills the prompt on its own.
     r->forked = true;
     for (int i = 0; i < r->req.n; ++i) {
       const SeqKey key{r->req.priority, static_cast<uint64_t>(r->id), i};
-      SchedSequence& seq = scheduler_.add(key, r->req.prompt, r->usage.prompt_tokens + r->max_tokens, 1, ns);
+      SchedSequence& seq = scheduler_.add(key, r->req.prompt, r->usage.prompt_tokens + r->max_tokens, 1, ns, select);
       r->choices[i].seq = seq.id;
       owners_[seq.id] = {r.get(), i};
     }

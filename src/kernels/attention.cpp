@@ -1,5 +1,6 @@
 #include "kernels/attention.h"
 
+#include <climits>
 #include <cstdint>
 
 #include <algorithm>
@@ -165,9 +166,68 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
   }, ThreadPool::grain_for(work_per_item, ThreadPool::kMinWorkPerThread));
 }
 
+void paged_attention_scores(const KvLayerView& layer, const float* q, const int32_t* positions, const SeqSpan* seqs,
+                            int64_t n_seqs, const AttentionParams& params, const AttentionScores& scores_out,
+                            ThreadPool& pool, AttentionScratch& scratch, Isa isa) {
+  check_kv_view(layer);
+  const int64_t hd = layer.head_dim, B = layer.block_size, n_kv_head = layer.n_kv_head;
+  const int64_t n_head = params.n_head;
+  CHECK_EQ(n_head % n_kv_head, 0);
+  CHECK_LE(hd, scratch.head_dim());
+  const int64_t group = n_head / n_kv_head;
+  const int64_t max_ctx = scratch.max_context();
+  const KvRowOps& ops = kv_row_ops(isa);
+  // One item per (sequence, kv head), its observed rows in order: no two threads add into one
+  // slice. Per row and query-head chunk: the scores as paged_attention computes them, softmax,
+  // and the probabilities summed over the chunk's heads added into the slice.
+  pool.parallel_for(n_seqs * n_kv_head, [&](int64_t begin, int64_t end, int thread) {
+    float* w = scratch.scores(thread);  // [kMaxGroup, max_ctx]
+    detail::KvRowReader k_rows(layer, true, ops, scratch.row(thread), scratch.params(thread));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t s = item / n_kv_head, kv_head = item % n_kv_head;
+      const SeqSpan& seq = seqs[s];
+      if (scores_out.observe_from[s] == INT32_MAX) continue;
+      const int64_t seq_len = seq_length(seq, positions);
+      float* slice = scores_out.data + s * scores_out.seq_stride + kv_head * scores_out.head_stride;
+      for (int64_t t = seq.token_begin; t < seq.token_begin + seq.n_tokens; ++t) {
+        if (positions[t] < scores_out.observe_from[s]) continue;
+        const int64_t n_ctx = static_cast<int64_t>(positions[t]) + 1;
+        CHECK_LE(n_ctx, max_ctx);
+        CHECK_LE(n_ctx, scores_out.head_stride) << "attention scores slice too short";
+        const Runs runs = attended_runs(params, n_ctx);
+        for (int64_t h0 = kv_head * group; h0 < (kv_head + 1) * group; h0 += AttentionScratch::kMaxGroup) {
+          const int64_t g = std::min(AttentionScratch::kMaxGroup, (kv_head + 1) * group - h0);
+          const float* qh = q + (t * n_head + h0) * hd;
+          for (int run = 0; run < 2; ++run) {
+            for_each_block_of_run(runs.begin[run], runs.end[run], B, [&](int64_t j, int64_t r0, int64_t r1) {
+              k_rows.begin_block(block_at(seq, j), j * B, seq_len, kv_head);
+              for (int64_t r = r0; r < r1; ++r) ops.dot_group(k_rows.row(r), qh, g, hd, params.scale, w + j * B + r, max_ctx);
+            });
+          }
+          for (int64_t gi = 0; gi < g; ++gi) {
+            float* wg = w + gi * max_ctx;
+            float max_score = -INFINITY;
+            for (int run = 0; run < 2; ++run) {
+              for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) max_score = std::max(max_score, wg[p]);
+            }
+            float sum = 0.0f;
+            for (int run = 0; run < 2; ++run) {
+              for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) sum += (wg[p] = std::exp(wg[p] - max_score));
+            }
+            const float inv = 1.0f / sum;
+            for (int run = 0; run < 2; ++run) {
+              for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) slice[p] += wg[p] * inv;
+            }
+          }
+        }
+      }
+    }
+  }, 1);
+}
+
 void paged_attention_reference(const KvLayerView& layer, const float* q, const int32_t* positions,
                                const SeqSpan* seqs, int64_t n_seqs, const AttentionParams& params,
-                               float* out) {
+                               float* out, const AttentionScores* scores) {
   check_kv_view(layer);
   const int64_t hd = layer.head_dim, B = layer.block_size;
   const int64_t group = params.n_head / layer.n_kv_head;
@@ -207,6 +267,9 @@ void paged_attention_reference(const KvLayerView& layer, const float* q, const i
           if (!attended(p)) continue;
           load(false, p, kv_head);
           for (int64_t i = 0; i < hd; ++i) acc[i] += w[p] / sum * row[i];
+          if (scores != nullptr && positions[t] >= scores->observe_from[s]) {
+            scores->data[s * scores->seq_stride + kv_head * scores->head_stride + p] += static_cast<float>(w[p] / sum);
+          }
         }
         for (int64_t i = 0; i < hd; ++i) out[(t * params.n_head + h) * hd + i] = static_cast<float>(acc[i]);
       }

@@ -64,6 +64,18 @@ inline AttendedRange attended_range(const AttentionParams& params, int64_t pos) 
   return {sink_end < 0 ? 0 : sink_end, window_begin};
 }
 
+// Output of paged_attention_scores (and optionally of the reference) for attention-score KV selection (kvcache/kv_select.h):
+// the softmax probabilities of each observed row, summed over the query heads of each KV group,
+// are added (+=) into the row's sequence: position p of sequence s, kv head h at
+//   data[s * seq_stride + h * head_stride + p]      (p < the row's context <= head_stride)
+// A row at position t of sequence s is observed when t >= observe_from[s] (INT32_MAX: none).
+struct AttentionScores {
+  float* data = nullptr;
+  int64_t seq_stride = 0;
+  int64_t head_stride = 0;
+  const int32_t* observe_from = nullptr;  // [n_seqs]
+};
+
 // Scratch for attention, sized once. Per thread: scores [kMaxGroup, max_context],
 // accumulators [kMaxGroup, head_dim], a decoded row [head_dim] and int4 K channel
 // parameters [2, head_dim]; the tiled kernel's per-thread area (tile(): decoded K/V chunks,
@@ -103,10 +115,19 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
                      const SeqSpan* seqs, int64_t n_seqs, const AttentionParams& params, float* out,
                      ThreadPool& pool, AttentionScratch& scratch, Isa isa = detect_isa());
 
+// The attention probabilities of the observed rows (AttentionScores), computed as
+// paged_attention computes them (same dot products, softmax in float), added into `scores`.
+// A pass of its own over K, so paged_attention's output stays bit for bit what it is without
+// selection (the tiled kernel included); only selecting sequences pay for it.
+void paged_attention_scores(const KvLayerView& layer, const float* q, const int32_t* positions, const SeqSpan* seqs,
+                            int64_t n_seqs, const AttentionParams& params, const AttentionScores& scores,
+                            ThreadPool& pool, AttentionScratch& scratch, Isa isa = detect_isa());
+
 // Reference: plain loops; K/V rows dequantized element by element (kv_load_row_reference, the
-// same staging rule), scores, softmax and the weighted sum in double. Same inputs and outputs.
+// same staging rule), scores, softmax and the weighted sum in double. Same inputs and outputs
+// (scores: the probabilities in double, added as floats).
 void paged_attention_reference(const KvLayerView& layer, const float* q, const int32_t* positions,
                                const SeqSpan* seqs, int64_t n_seqs, const AttentionParams& params,
-                               float* out);
+                               float* out, const AttentionScores* scores = nullptr);
 
 }  // namespace pagoda::kernels

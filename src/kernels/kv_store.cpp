@@ -170,6 +170,29 @@ void store_kv(const KvLayerView& layer, const float* k, const float* v, const in
   }
 }
 
+void kv_copy_row(const KvLayerView& layer, int32_t src_block, int64_t src_row, int32_t dst_block, int64_t dst_row) {
+  CHECK(layer.dtype != KvDType::kInt4) << "kv_copy_row on int4 KV";
+  CHECK(src_block >= 0 && src_block < layer.num_blocks && dst_block >= 0 && dst_block < layer.num_blocks);
+  CHECK(src_row >= 0 && src_row < layer.block_size && dst_row >= 0 && dst_row < layer.block_size);
+  for (int kv = 0; kv < (layer.k_only ? 1 : 2); ++kv) {
+    const KvGeom g(layer, kv == 0);
+    const uint8_t* src = g.block(src_block);
+    uint8_t* dst = g.block(dst_block);
+    const int64_t n = g.nkv * g.hd;
+    if (g.nz) {
+      const int64_t e = g.code_bytes / g.hd;
+      for (int64_t c = 0; c < n; c += 16) {
+        std::memmove(dst + detail::nz_offset(g.B, dst_row, c) * e, src + detail::nz_offset(g.B, src_row, c) * e, 16 * e);
+      }
+      continue;
+    }
+    std::memmove(dst + g.row_offset(dst_row, 0), src + g.row_offset(src_row, 0), g.nkv * g.code_bytes);
+    if (kv_dtype_is_quantized(g.dtype)) {
+      std::memmove(dst + g.row_scale_offset(dst_row, 0), src + g.row_scale_offset(src_row, 0), 2 * g.nkv);
+    }
+  }
+}
+
 void store_k_row(const KvLayerView& layer, int32_t block, int64_t row, const float* k) {
   CHECK(layer.dtype != KvDType::kInt4) << "store_k_row: int4 K is quantized per block";
   CHECK(block >= 0 && block < layer.num_blocks && row >= 0 && row < layer.block_size);

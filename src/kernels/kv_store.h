@@ -77,6 +77,12 @@ void store_kv(const KvLayerView& layer, const float* k, const float* v, const in
 // it in the layer's format (rope_shift_k). Not int4 (its K scales span the whole block).
 void store_k_row(const KvLayerView& layer, int32_t block, int64_t row, const float* k);
 
+// Copies token row src_row of block src_block onto dst_row of dst_block, K and V of every head,
+// byte for byte in the layer's format (codes and per-row scales; NZ channel groups): attention
+// reads the same values from the new slot. Compaction of selected sequences (kvcache/kv_select.h).
+// Not int4 (its K scales span the whole block).
+void kv_copy_row(const KvLayerView& layer, int32_t src_block, int64_t src_row, int32_t dst_block, int64_t dst_row);
+
 // Bytes of one layer's stage (0 unless int4), and binding a view of it onto `memory`
 // (8-byte aligned, that many bytes). kv_stage_reset frees every slot (call once before use).
 int64_t kv_stage_bytes(KvDType dtype, int64_t block_size, int64_t n_kv_head, int64_t head_dim, int64_t num_slots);

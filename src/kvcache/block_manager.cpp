@@ -165,7 +165,15 @@ SeqId BlockManager::add_sequence(int64_t max_tokens, const SequenceOptions& opti
   t.ns = options.ns;
   t.ns_key = options.ns.key();
   t.priority = options.priority;
-  t.cacheable = options.cacheable;
+  t.cacheable = options.cacheable && !options.select.on();
+  if (options.select.on()) {
+    t.select = std::make_unique<KvSelectState>();
+    t.select->params = options.select;
+    t.select->prompt = options.select_prompt;
+    t.select->evicting = options.select.method == KvSelectMethod::kH2O;
+    t.select->positions.reserve(static_cast<size_t>(max_tokens));
+    t.select->scores.reserve(static_cast<size_t>(max_tokens));
+  }
   return id;
 }
 
@@ -205,6 +213,7 @@ void BlockManager::truncate(SeqId seq, int64_t new_length) {
   Table& t = table(seq);
   CHECK(!t.loading) << "truncate of sequence " << seq << " while its blocks load";
   CHECK(new_length >= 0 && new_length <= t.length) << "truncate to " << new_length << " of " << t.length;
+  CHECK(t.select == nullptr) << "truncate of selecting sequence " << seq << " (compact drops its rows)";
   const int64_t bs = pool_.layout().block_size;
   const size_t keep = static_cast<size_t>((new_length + bs - 1) / bs);
   while (t.blocks.size() > keep) {
@@ -214,6 +223,7 @@ void BlockManager::truncate(SeqId seq, int64_t new_length) {
   t.length = new_length;
   t.num_computed = std::min(t.num_computed, new_length);
   if (t.tokens_known) t.tokens.resize(static_cast<size_t>(new_length));
+
   // A block cut into stays registered (and immutable): the next append copies it.
   t.block_hashes.resize(std::min(t.block_hashes.size(), static_cast<size_t>(new_length / bs)));
 }
@@ -227,11 +237,18 @@ bool BlockManager::needs_copy(const Table& t, int64_t n_new) const {
   return pool_.ref_count(last) > 1 || index_.contains(last);
 }
 
-KvPlan BlockManager::plan_table(const Table& t, int64_t n_new) const {
+KvPlan BlockManager::plan_table(const Table& t, int64_t n_new, bool after_eviction) const {
   CHECK_GE(n_new, 0);
   const int64_t bs = pool_.layout().block_size;
   KvPlan p;
-  p.num_new_blocks = std::max<int64_t>(0, (t.length + n_new + bs - 1) / bs - static_cast<int64_t>(t.blocks.size()));
+  int64_t length = t.length;  // after the eviction an evicting selecting sequence does first
+  // (SnapKV evicts from the step after its prompt on: its selection runs first.)
+  const bool evicts = t.select != nullptr && (t.select->evicting || (t.select->params.method == KvSelectMethod::kSnapKv &&
+                                                                      t.select->next_position >= t.select->prompt));
+  if (after_eviction && evicts && length + n_new > t.select->params.budget) {
+    length = std::max<int64_t>(0, t.select->params.budget - n_new);
+  }
+  p.num_new_blocks = std::max<int64_t>(0, (length + n_new + bs - 1) / bs - static_cast<int64_t>(t.blocks.size()));
   if (needs_copy(t, n_new)) {
     p.num_copies = 1;
     ++p.num_new_blocks;
@@ -240,7 +257,7 @@ KvPlan BlockManager::plan_table(const Table& t, int64_t n_new) const {
   return p;
 }
 
-KvPlan BlockManager::plan(SeqId seq, int64_t n_new) const { return plan_table(table(seq), n_new); }
+KvPlan BlockManager::plan(SeqId seq, int64_t n_new) const { return plan_table(table(seq), n_new, true); }
 
 KvPlan BlockManager::plan(const PrefixMatch& match, int64_t n_prompt) const {
   CHECK(match.manager_ == this || match.empty()) << "PrefixMatch from another BlockManager";
@@ -282,7 +299,7 @@ bool BlockManager::append_tokens(Table& t, int64_t n_new, const int32_t* tokens,
   CHECK_GE(n_new, 0);
   CHECK(!t.loading) << "append to a sequence whose blocks load";
   CHECK_GE(static_cast<int64_t>(slots_out.size()), n_new);
-  const KvPlan p = plan_table(t, n_new);
+  const KvPlan p = plan_table(t, n_new, false);
   if (!p.fits()) return false;
   int32_t copy_src = -1;
   if (p.num_copies > 0) {
@@ -312,6 +329,12 @@ bool BlockManager::append_tokens(Table& t, int64_t n_new, const int32_t* tokens,
     slots_out[i] = static_cast<int64_t>(t.blocks[pos / bs]) * bs + pos % bs;
   }
   t.length += n_new;
+  if (t.select != nullptr) {
+    for (int64_t i = 0; i < n_new; ++i) {
+      t.select->positions.push_back(static_cast<int32_t>(t.select->next_position++));
+      t.select->scores.push_back(t.select->new_row_score);
+    }
+  }
   return true;
 }
 
@@ -429,6 +452,7 @@ void BlockManager::check_integrity() const {
       CHECK(index_.ns(b) == t.ns) << "sequence " << id << " holds block " << b << " of another namespace";
     }
     CHECK(t.cacheable || t.block_hashes.empty()) << "sequence " << id << " is not cacheable but registered";
+    if (t.select != nullptr) check_select(id, t);
     if (t.loading) {  // blocks [num_computed / B, length / B): fresh, private, unregistered
       CHECK(t.cacheable && t.tokens_known && t.num_computed % bs == 0 && t.length % bs == 0 && t.length > t.num_computed)
           << "sequence " << id << " loading";

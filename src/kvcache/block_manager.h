@@ -49,6 +49,13 @@
 //                           // by block_size, length -= block_size (StreamingLLM eviction)
 // Holes are skipped by free_sequence/truncate and by check_integrity; attention must not read
 // them (kernels skip blocks outside the mask). The last block is never a hole.
+// Selection (kvcache/kv_select.h). A sequence added with SequenceOptions::select on is not
+// cacheable (as above) and keeps a KvSelectState: the logical position and score of each
+// stored row. The engine adds scores (select_state) and, before an append, may
+//   bm.compact(s, victims)  // drops the victim rows: holes are filled by moving rows from the
+//                           // tail (every layer's K and V), then the tail is truncated, freeing
+//                           // emptied blocks; length -= |victims|, positions keep their values
+// plan() of an evicting selecting sequence counts the blocks held after that eviction.
 // Copies come only from append into a partly filled last block that is shared (after fork)
 // or registered (after truncate into a committed block): the writer gets a private copy.
 //
@@ -65,6 +72,7 @@
 #include "kvcache/block_hash.h"
 #include "kvcache/block_pool.h"
 #include "kvcache/eviction.h"
+#include "kvcache/kv_select.h"
 #include "kvcache/prefix_index.h"
 
 namespace pagoda::kvcache {
@@ -82,6 +90,8 @@ struct SequenceOptions {
   KvNamespace ns;        // what its cached blocks are valid for
   int32_t priority = 0;  // for EvictionPolicyKind::kPriority: higher is kept longer
   bool cacheable = true;  // false: never registered/forked/adopted; may release_block/drop_block
+  KvSelectParams select;  // on: attention-score selection (normalized; forces cacheable false)
+  int64_t select_prompt = 0;  // SnapKV: prompt tokens (the observation window ends there)
 };
 
 // Copy block src onto dst (every layer's K and V) before writing into dst.
@@ -213,6 +223,14 @@ class BlockManager {
   void drop_block(SeqId seq, int64_t j);
   // Blocks the table holds (holes not counted).
   int64_t num_held_blocks(SeqId seq) const;
+  // Selection (see the top; block_manager_select.cpp). select_state is null unless selecting.
+  // compact preconditions: selecting, num_computed == length, victims ascending, distinct,
+  // < length, every block of the table held by it alone; not int4 KV.
+  const KvSelectState* select_state(SeqId seq) const { return table(seq).select.get(); }
+  KvSelectState* select_state(SeqId seq) { return table(seq).select.get(); }
+  void compact(SeqId seq, std::span<const int64_t> victims);
+  // Position of the next token appended: length, plus the rows a selecting sequence evicted.
+  int64_t next_position(SeqId seq) const;
 
   int64_t length(SeqId seq) const { return table(seq).length; }
   int64_t num_computed(SeqId seq) const { return table(seq).num_computed; }
@@ -255,10 +273,13 @@ class BlockManager {
     bool tokens_known = true;             // false after a compatibility append
     bool cacheable = true;                // SequenceOptions::cacheable
     bool loading = false;                 // blocks [num_computed / B, length / B) are loading
+    std::unique_ptr<KvSelectState> select;  // selecting sequences only
   };
   const Table& table(SeqId seq) const;
   Table& table(SeqId seq);
-  KvPlan plan_table(const Table& t, int64_t n_new) const;
+  // after_eviction: as plan() says (an evicting selecting sequence compacts first); false: this
+  // very append.
+  KvPlan plan_table(const Table& t, int64_t n_new, bool after_eviction) const;
   bool needs_copy(const Table& t, int64_t n_new) const;
   bool append_tokens(Table& t, int64_t n_new, const int32_t* tokens, std::span<int64_t> slots_out,
                      std::vector<BlockCopy>* copies_out);
@@ -269,6 +290,7 @@ class BlockManager {
   void pin(int32_t block);
   void unpin(int32_t block);
   void update_evictable(int32_t block);
+  void check_select(SeqId id, const Table& t) const;  // check_integrity of a selecting table
   // Registers full blocks [block_hashes.size(), num_computed / B) of t (commit's work).
   void register_blocks(Table& t);
   uint64_t tick() { return clock_->tick(); }

@@ -13,7 +13,7 @@ bool BlockManager::begin_load(SeqId seq, std::span<const int32_t> tokens) {
   CHECK(t.num_computed == t.length && t.length % bs == 0 && n % bs == 0 && n > 0)
       << "begin_load of " << n << " tokens at length " << t.length << " (computed " << t.num_computed << ")";
   CHECK_EQ(static_cast<int64_t>(t.block_hashes.size()), t.length / bs) << "sequence " << seq << " not committed";
-  const KvPlan p = plan_table(t, n);
+  const KvPlan p = plan_table(t, n, false);
   if (!p.fits()) return false;
   for (int64_t i = 0; i < p.num_new_blocks; ++i) t.blocks.push_back(allocate_block(t.priority));
   t.tokens.insert(t.tokens.end(), tokens.begin(), tokens.end());

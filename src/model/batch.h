@@ -15,6 +15,16 @@ struct Batch {
   std::span<const int64_t> slot_mapping;   // [n_tokens] KV slot each new K/V row is written to
   std::span<const kernels::SeqSpan> seqs;  // [n_seqs] rows and block table of each sequence
   std::span<const int64_t> logit_rows;     // rows whose next-token logits are wanted, ascending
+  // RoPE positions when they differ from `positions` (sequences whose rows were evicted keep
+  // their logical positions; `positions` are then cache positions, attention's causal order).
+  // Empty: positions.
+  std::span<const int32_t> rope_positions;
+  // Attention-score output (kvcache/kv_select.h), or null: [n_seqs, n_layer, n_kv_head,
+  // score_stride] probabilities added by every layer's attention (kernels::AttentionScores;
+  // observe_from: [n_seqs]).
+  float* scores = nullptr;
+  int64_t score_stride = 0;
+  const int32_t* observe_from = nullptr;
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
 

@@ -109,6 +109,7 @@ void ForwardPass::forward_mla(const Batch& batch, std::span<const kernels::KvLay
   CHECK_EQ(static_cast<int64_t>(batch.positions.size()), T);
   CHECK_EQ(static_cast<int64_t>(batch.slot_mapping.size()), T);
   CHECK_EQ(static_cast<int64_t>(kv_layers.size()), c.n_layer);
+  CHECK(batch.rope_positions.empty() && batch.scores == nullptr) << "MLA attention has no KV selection";
   float* x = x_.data();
   float* xb = xb_.data();
   float* q = q_.data();         // [T, H, qh]

@@ -191,6 +191,8 @@ void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerVi
   CHECK_EQ(static_cast<int64_t>(batch.positions.size()), T);
   CHECK_EQ(static_cast<int64_t>(batch.slot_mapping.size()), T);
   CHECK_EQ(static_cast<int64_t>(kv_layers.size()), c.n_layer);
+  CHECK(batch.rope_positions.empty() || static_cast<int64_t>(batch.rope_positions.size()) == T);
+  const int32_t* rope_positions = batch.rope_positions.empty() ? batch.positions.data() : batch.rope_positions.data();
   float* x = x_.data();
   float* xb = xb_.data();
 
@@ -222,14 +224,26 @@ void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerVi
       kernels::rmsnorm(q_.data(), w.q_norm.data(), q_.data(), T * c.n_head, c.head_dim, c.rms_eps);
       if (owns_kv) kernels::rmsnorm(k_.data(), w.k_norm.data(), k_.data(), T * c.n_kv_head, c.head_dim, c.rms_eps);
     }
-    kernels::rope(q_.data(), batch.positions.data(), T, c.n_head, c.rope);
+    kernels::rope(q_.data(), rope_positions, T, c.n_head, c.rope);
     if (owns_kv) {
-      kernels::rope(k_.data(), batch.positions.data(), T, c.n_kv_head, c.rope);
+      kernels::rope(k_.data(), rope_positions, T, c.n_kv_head, c.rope);
       kernels::store_kv(kv_layers[l], k_.data(), v_.data(), batch.slot_mapping.data(), T);
+    }
+    kernels::AttentionScores scores;  // this layer's slices of batch.scores
+    if (batch.scores != nullptr) {
+      scores.data = batch.scores + l * c.n_kv_head * batch.score_stride;
+      scores.seq_stride = c.n_layer * c.n_kv_head * batch.score_stride;
+      scores.head_stride = batch.score_stride;
+      scores.observe_from = batch.observe_from;
     }
     kernels::paged_attention(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs.data(),
                              static_cast<int64_t>(batch.seqs.size()), attn, att_.data(), pool_,
                              attention_scratch_, isa_);
+    if (batch.scores != nullptr) {
+      kernels::paged_attention_scores(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs.data(),
+                                      static_cast<int64_t>(batch.seqs.size()), attn, scores, pool_,
+                                      attention_scratch_, isa_);
+    }
     matmul_.run(w.wo, att_.data(), T, xb);
     kernels::add_inplace(x, xb, T * d);
     feed_forward(w, T);

@@ -64,6 +64,7 @@ Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const
     r.logprobs = api.logprobs;
     r.priority = api.priority;
     r.cache_salt = cache_salt_for(api, caller);
+    r.kv_select = api.kv_select;
     out.push_back(std::move(r));
   }
   return out;

@@ -147,7 +147,12 @@ json request_kv_json(const engine::RequestKv& kv) {
                             {"tokens", b.num_tokens},
                             {"shared", b.shared}});
     }
-    sequences.push_back(json{{"choice", s.choice}, {"running", s.running}, {"length", s.length}, {"blocks", blocks}});
+    json seq{{"choice", s.choice}, {"running", s.running}, {"length", s.length}, {"blocks", blocks}};
+    if (!s.kv_select.empty()) {
+      seq["kv_select"] = s.kv_select;
+      seq["kv_evicted"] = s.kv_evicted;
+    }
+    sequences.push_back(std::move(seq));
   }
   json out = request_json(kv.request);
   out["object"] = "kv.request";

@@ -100,6 +100,7 @@ void HttpServer::handle_explain(const httplib::Request& req, httplib::Response& 
   }
   engine::ExplainRequest request;
   request.cache_salt = cache_salt_for(api, caller);
+  request.kv_select = api.kv_select;
   Result<std::vector<int32_t>> prompt = chat ? chat_prompt(api) : text_prompt(api.prompts[0]);
   if (!prompt.is_ok()) return reply_error(res, prompt.status(), chat ? "messages" : "prompt");
   request.prompt = std::move(prompt).value();

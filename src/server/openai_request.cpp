@@ -111,6 +111,42 @@ Result<json> parse_object(std::string_view body) {
 }
 
 // Fields shared by both endpoints.
+// kv_select: {"method", "budget", "recent", "observe"}; see ApiRequest::kv_select.
+void read_kv_select(FieldReader& r, ApiRequest& req) {
+  const json* v = r.get("kv_select");
+  if (v == nullptr) return;
+  if (!v->is_object()) return r.fail("kv_select", "must be an object {\"method\": \"h2o\" | \"snapkv\" | \"off\", \"budget\": N, ...}");
+  FieldReader f(*v);
+  std::string method;
+  f.read_string("method", method);
+  kvcache::KvSelectParams p;
+  const int64_t kMax = int64_t{1} << 40;
+  f.read_int("budget", 0, kMax, p.budget);
+  f.read_int("recent", 1, kMax, p.recent);
+  f.read_int("observe", 1, kMax, p.observe);
+  for (const auto& [key, value] : v->items()) {
+    if (f.ok() && key != "method" && key != "budget" && key != "recent" && key != "observe") {
+      f.fail(key, "unknown field (kv_select takes method, budget, recent, observe)");
+    }
+  }
+  if (!f.ok()) return r.fail("kv_select." + f.param(), f.status().message().substr(f.param().size() + 2));
+  if (f.get("method") == nullptr) return r.fail("kv_select.method", "is required (\"h2o\", \"snapkv\" or \"off\")");
+  const std::optional<kvcache::KvSelectMethod> m = kvcache::kv_select_method_from_name(method);
+  if (!m || method.empty()) return r.fail("kv_select.method", "unknown method \"" + method + "\" (\"h2o\", \"snapkv\" or \"off\")");
+  p.method = *m;
+  if (p.on()) {
+    if (f.get("budget") == nullptr) return r.fail("kv_select.budget", "is required (the most tokens' KV kept)");
+    if (p.method != kvcache::KvSelectMethod::kSnapKv && f.get("observe") != nullptr) {
+      return r.fail("kv_select.observe", "is SnapKV's observation window; h2o takes none");
+    }
+    Status s = kvcache::normalize_kv_select(p);
+    if (!s.is_ok()) return r.fail("kv_select", s.message());
+  } else if (f.get("budget") != nullptr || f.get("recent") != nullptr || f.get("observe") != nullptr) {
+    return r.fail("kv_select", "method \"off\" takes no budget, recent or observe");
+  }
+  req.kv_select = p;
+}
+
 void read_common(FieldReader& r, const RequestLimits& limits, ApiRequest& req) {
   req.sampling = engine::SamplingParams{};
   req.sampling.temperature = 1.0f;
@@ -168,6 +204,7 @@ void read_common(FieldReader& r, const RequestLimits& limits, ApiRequest& req) {
   r.read_int("priority", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), req.priority);
   r.read_string("cache_salt", req.cache_salt);
   if (r.ok() && r.get("cache_salt") != nullptr && req.cache_salt.empty()) r.fail("cache_salt", "must not be empty");
+  read_kv_select(r, req);
 
   // Implemented nowhere: refuse rather than silently ignore.
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {

@@ -20,6 +20,7 @@
 
 #include "core/status.h"
 #include "engine/sampler.h"
+#include "kvcache/kv_select.h"
 #include "model/chat_template.h"
 
 namespace pagoda::server {
@@ -58,6 +59,11 @@ struct ApiRequest {
   bool include_usage = false;           // stream_options.include_usage
   int32_t priority = 0;
   std::string cache_salt;
+  // kv_select: {"method": "h2o" | "snapkv" | "off", "budget": N, "recent": R, "observe": W}
+  // (kvcache/kv_select.h; unset fields get its defaults). nullopt: the server's --kv-select.
+  // Checked here for its own values; the engine checks it against the model (windows, MLA,
+  // int4 KV, the context) at submit, also a 400.
+  std::optional<kvcache::KvSelectParams> kv_select;
 };
 
 struct RequestLimits {

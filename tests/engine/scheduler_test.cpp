@@ -216,3 +216,56 @@ TEST(Scheduler, SequenceThatCannotFitBesidePinnedBlocksIsRefusedNotLeftWaiting) 
 
 }  // namespace
 }  // namespace pagoda::engine
+
+namespace pagoda::engine {
+namespace {
+
+// Selecting sequences (SchedSequence::select): chunks capped as the engine's eviction needs,
+// never a prefix lookup or registration, and, with the eviction the engine does before each
+// append emulated here (SnapKV's selection included), never more than the budget held.
+TEST(Scheduler, SelectingSequencesAreChunkedForTheirEvictionAndNeverCached) {
+  Fixture f(8, options(4, 10));
+  kvcache::KvSelectParams h2o{kvcache::KvSelectMethod::kH2O, 12, 4, 0};  // chunks of (12 - 4) / 2 = 4
+  kvcache::KvSelectParams snap{kvcache::KvSelectMethod::kSnapKv, 8, 2, 3};
+  ASSERT_TRUE(kvcache::normalize_kv_select(h2o).is_ok() && kvcache::normalize_kv_select(snap).is_ok());
+  SchedSequence& a = f.sched.add({0, 0, 0}, tokens(20, 1), 40, 1, {}, h2o);
+  SchedSequence& b = f.sched.add({0, 1, 0}, tokens(14, 1), 30, 1, {}, snap);
+  std::vector<int64_t> victims;
+  std::vector<int64_t> snap_chunks;
+  for (int step = 0; step < 40; ++step) {
+    const StepPlan& plan = f.sched.schedule();
+    EXPECT_EQ(plan.prefix_queried_tokens, 0);
+    for (const ScheduledSeq& e : plan.scheduled) {
+      kvcache::KvSelectState& st = *f.bm.select_state(e.seq->kv);
+      if (e.seq == &a) EXPECT_LE(e.n_tokens, 4);
+      if (e.seq == &b) {
+        snap_chunks.push_back(e.n_tokens);
+        if (e.begin < 14) EXPECT_LE(e.begin + e.n_tokens, 14) << "a SnapKV chunk crosses its prompt's end";
+        if (!st.evicting && st.next_position >= st.prompt) st.evicting = true;  // the selection
+      }
+      const int64_t length = f.bm.length(e.seq->kv);
+      if (st.evicting && length + e.n_tokens > st.params.budget) {
+        kvcache::choose_victims(st.positions, st.scores, length + e.n_tokens - st.params.budget, st.params.recent, victims);
+        f.bm.compact(e.seq->kv, victims);
+      }
+    }
+    f.run(plan);
+    for (const ScheduledSeq& e : plan.scheduled) {
+      const int64_t cap = e.seq == &a ? 12 : std::max<int64_t>(14, 8);
+      EXPECT_LE(f.bm.length(e.seq->kv), cap);
+      EXPECT_LE(static_cast<int64_t>(f.bm.block_table(e.seq->kv).size()), (cap + kBlock - 1) / kBlock);
+    }
+  }
+  ASSERT_GE(snap_chunks.size(), 3u);
+  EXPECT_EQ(snap_chunks[0], 6);  // 10 - a's 4: the prompt's chunks end at 14
+  EXPECT_EQ(snap_chunks[1], 6);
+  EXPECT_EQ(snap_chunks[2], 2);
+  EXPECT_LE(f.bm.length(b.kv), 8) << "after the selection SnapKV holds its budget";
+  EXPECT_EQ(f.bm.index().size(), 0) << "selecting sequences register nothing";
+  f.sched.remove(a.id);
+  f.sched.remove(b.id);
+  f.bm.check_integrity();
+}
+
+}  // namespace
+}  // namespace pagoda::engine

@@ -120,6 +120,32 @@ TEST_F(RealServerTest, ARunningRequestsBlockTable) {
   expect_idle_and_intact();
 }
 
+// A request with kv_select (H2O): its dump names the selection and says it is not prefix-cached.
+TEST_F(RealServerTest, ASelectingRequestsDumpSaysItIsNotPrefixCached) {
+  const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true},
+                     {"kv_select", {{"method", "h2o"}, {"budget", 24}, {"recent", 8}}}};
+  const int fd = send_raw(port_, post_request("/v1/completions", body.dump()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: {") == std::string::npos) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  const size_t at = got.find("X-Pagoda-Request-Id: ");
+  ASSERT_NE(at, std::string::npos) << got;
+  const std::string id = got.substr(at + 21, got.find('\r', at) - at - 21);
+  const json kv = get_json(*client_, "/v1/kv/requests/" + id);
+  ASSERT_EQ(kv["sequences"].size(), 1u) << kv;
+  const json& seq = kv["sequences"][0];
+  EXPECT_EQ(seq["kv_select"], "h2o budget 24 recent 8; not prefix-cached") << seq;
+  EXPECT_LE(seq["length"].get<int64_t>(), 24);
+  EXPECT_LE(seq["blocks"].size(), 2u);  // 24 tokens in blocks of 16
+  close(fd);
+  for (int i = 0; i < 200 && serving_->metrics().running > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  expect_idle_and_intact();
+}
+
 TEST_F(RealServerTest, DashboardAssetsAreCompiledInWithAStrictPolicy) {
   auto page = client_->Get("/dashboard");
   ASSERT_TRUE(page);

@@ -194,3 +194,41 @@ TEST(OpenAiRequest, ChatMessagesAndFields) {
 
 }  // namespace
 }  // namespace pagoda::server
+
+namespace pagoda::server {
+namespace {
+
+TEST(OpenAiRequest, KvSelectIsReadAndChecked) {
+  const ApiRequest none = completion(R"({"prompt": "hi"})");
+  EXPECT_FALSE(none.kv_select.has_value());
+  const ApiRequest h2o = completion(R"({"prompt": "hi", "kv_select": {"method": "h2o", "budget": 64}})");
+  ASSERT_TRUE(h2o.kv_select.has_value());
+  EXPECT_EQ(h2o.kv_select->describe(), "h2o budget 64 recent 32");  // normalized: the default recent
+  const ApiRequest snap =
+      completion(R"({"prompt": "hi", "kv_select": {"method": "snapkv", "budget": 100, "recent": 10, "observe": 16}})");
+  EXPECT_EQ(snap.kv_select->describe(), "snapkv budget 100 recent 10 observe 16");
+  const ApiRequest off = completion(R"({"prompt": "hi", "kv_select": {"method": "off"}})");
+  ASSERT_TRUE(off.kv_select.has_value());
+  EXPECT_FALSE(off.kv_select->on());
+  auto chat = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "kv_select": {"method": "h2o", "budget": 8}})",
+                                 limits());
+  ASSERT_TRUE(chat.is_ok()) << chat.status().message();
+  EXPECT_TRUE(chat->kv_select->on());
+
+  EXPECT_EQ(bad_param(R"({"prompt": "hi", "kv_select": "h2o"})"), "kv_select");
+  EXPECT_EQ(bad_param(R"({"prompt": "hi", "kv_select": {"method": "lru", "budget": 8}})"), "kv_select.method");
+  EXPECT_EQ(bad_param(R"({"prompt": "hi", "kv_select": {"method": "", "budget": 8}})"), "kv_select.method");
+  EXPECT_EQ(bad_param(R"({"prompt": "hi", "kv_select": {"budget": 8}})"), "kv_select.method");
+  EXPECT_EQ(bad_param(R"({"prompt": "hi", "kv_select": {"method": "h2o"}})"), "kv_select.budget");
+  EXPECT_EQ(bad_param(R"({"prompt": "hi", "kv_select": {"method": "h2o", "budget": 0}})"), "kv_select");
+  EXPECT_EQ(bad_param(R"({"prompt": "hi", "kv_select": {"method": "h2o", "budget": 8, "recent": 9}})"), "kv_select");
+  EXPECT_EQ(bad_param(R"({"prompt": "hi", "kv_select": {"method": "h2o", "budget": 8, "observe": 2}})"), "kv_select.observe");
+  EXPECT_EQ(bad_param(R"({"prompt": "hi", "kv_select": {"method": "h2o", "budget": -1}})"), "kv_select.budget");
+  EXPECT_EQ(bad_param(R"({"prompt": "hi", "kv_select": {"method": "h2o", "budget": 8, "window": 2}})"), "kv_select.window");
+  EXPECT_EQ(bad_param(R"({"prompt": "hi", "kv_select": {"method": "off", "budget": 8}})"), "kv_select");
+  EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "kv_select": {"method": "snapkv", "budget": 1}})", true),
+            "kv_select");
+}
+
+}  // namespace
+}  // namespace pagoda::server
