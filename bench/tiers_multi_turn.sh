@@ -8,8 +8,13 @@
 #   bench/tiers_multi_turn.sh --model FILE.gguf [--runs 3] [--sessions 16] [--turns 6]
 #       [--prompt-len 64] [--output-len 16] [--concurrency 2] [--kv-cache-mem 64M]
 #       [--kv-host-mem 1G] [--kv-disk-dir DIR] [--kv-disk-mem 4G] [--kv-dtype f16]
-#       [--threads 2] [--port 18400] [--out DIR]
+#       [--threads 2] [--port 18400] [--out DIR] [--no-interleave]
 #
+# Sessions take turns (bench-serve --interleave): a session's next turn is sent after every
+# other session has had its turn, as users of a chat service do, so the pool only keeps the
+# newest few histories and the working set between a session's turns is all the sessions'.
+# (--no-interleave: each of the --concurrency workers runs one session to its end; only
+# `concurrency` sessions are alive at once and a small pool keeps them: not a tier test.)
 # The hit rate is the server's own (pagoda_prefix_cache_hit_tokens_total over
 # ..._queried_tokens_total: with tiers it counts the tokens loaded from them), next to
 # bench-serve's cached/prompt tokens from the usage field. Needs a Release build (BUILD_DIR).
@@ -34,6 +39,7 @@ THREADS=2
 PORT=18400
 OUT=""
 SEED=1
+INTERLEAVE=--interleave
 
 die() { echo "tiers_multi_turn: $*" >&2; exit 1; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
@@ -56,7 +62,8 @@ while [[ $# -gt 0 ]]; do
     --port) PORT="${2:?}"; shift 2 ;;
     --out) OUT="${2:?}"; shift 2 ;;
     --seed) SEED="${2:?}"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --no-interleave) INTERLEAVE=""; shift ;;
+    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
@@ -95,7 +102,7 @@ one_run() {  # MODE RUN
   PIDS+=($!)
   wait_for "http://127.0.0.1:$PORT" /health
   "$PAGODA" bench-serve --url "http://127.0.0.1:$PORT" --workload multi-turn --sessions "$SESSIONS" --turns "$TURNS" \
-    --prompt-len "$PROMPT_LEN" --output-len "$OUTPUT_LEN" --concurrency "$CONCURRENCY" --seed "$SEED" --json \
+    --prompt-len "$PROMPT_LEN" --output-len "$OUTPUT_LEN" --concurrency "$CONCURRENCY" --seed "$SEED" ${INTERLEAVE:+"$INTERLEAVE"} --json \
     >"$OUT/bench-$mode-$run.json" 2>"$OUT/bench-$mode-$run.txt"
   curl -s "http://127.0.0.1:$PORT/metrics" >"$OUT/metrics-$mode-$run.txt"
   cleanup

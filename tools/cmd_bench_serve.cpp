@@ -31,6 +31,7 @@ struct BenchServeOptions {
   bool no_ignore_eos = false;
   bool json = false;
   bool dry_run = false;
+  bool interleave = false;
 };
 
 // "N" or "MIN:MAX".
@@ -150,6 +151,7 @@ int run_bench_serve(const BenchServeOptions& o, const Clock& clock) {
   run.model = o.model.empty() ? probe_model_id(run.client) : o.model;
   run.concurrency = o.concurrency;
   run.open_loop = o.rate > 0;
+  run.interleave = o.interleave;
   run.ignore_eos = !o.no_ignore_eos;
   const std::vector<RequestRecord> records = run_plan(plan, run, clock);
   const BenchSummary summary = summarize(records);
@@ -173,6 +175,7 @@ int run_bench_serve(const BenchServeOptions& o, const Clock& clock) {
                    {"system_prompt_len", w.system_prompt_len},
                    {"sessions", w.kind == WorkloadKind::kMultiTurn ? json(w.sessions) : json(nullptr)},
                    {"turns", w.kind == WorkloadKind::kMultiTurn ? json(w.turns) : json(nullptr)},
+                   {"interleave", run.interleave},
                    {"ignore_eos", run.ignore_eos},
                    {"seed", o.seed}};
     std::printf("%s\n", json{{"config", config}, {"summary", summary_json(summary)}}.dump(2).c_str());
@@ -203,6 +206,9 @@ void register_bench_serve(CLI::App& app, const Clock& clock, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--turns", options->turns, "multi-turn: turns per session")->capture_default_str();
   cmd->add_option("--sessions", options->sessions, "multi-turn: sessions")->capture_default_str();
+  cmd->add_flag("--interleave", options->interleave,
+                "closed loop: sessions take turns, round robin (default: each worker runs a session to its end)")
+      ->excludes(rate);
   cmd->add_option("--seed", options->seed, "workload seed")->capture_default_str();
   cmd->add_option("--timeout", options->timeout_s, "per-request timeout in seconds")->capture_default_str();
   cmd->add_flag("--no-ignore-eos", options->no_ignore_eos, "let EOS end a reply early (ignore_eos is sent by default)");

@@ -3,6 +3,10 @@
 // started at its planned arrival time). A session's turns run one after another; a multi-turn
 // session resends the whole conversation each turn, with the assistant's streamed replies in
 // it. When a turn fails, the session's later turns are recorded as failed without being sent.
+// Closed loop with `interleave` (multi-turn chat as users have it: a session's next turn comes
+// after the others have had theirs): sessions take turns in round-robin order, turn k of every
+// session before any turn k + 1, at most `concurrency` requests in flight; without it a worker
+// runs one session's turns back to back, so only `concurrency` sessions are alive at a time.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +25,7 @@ struct RunOptions {
   std::string model;         // "model" field; omitted when empty
   int64_t concurrency = 1;   // closed loop; unused when the plan has arrival times (rate > 0)
   bool open_loop = false;
+  bool interleave = false;   // closed loop: sessions take turns (round robin) instead of running to the end
   bool ignore_eos = true;
 };
 

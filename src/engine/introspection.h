@@ -100,6 +100,7 @@ struct KvSnapshot {
   // Admissions that found blocks in a tier: loaded them, or recomputed (the cost model's call).
   int64_t tier_load_decisions = 0, tier_recompute_decisions = 0;
   int64_t tier_loads_in_flight = 0;
+  std::string preemption = "recompute";  // --preemption: "recompute" or "swap" (metrics: swap counters)
   // Prefix cache (BlockManagerStats).
   bool prefix_caching = true;
   int64_t lookups = 0, committed_blocks = 0, cow_copies = 0, blocks_allocated = 0;

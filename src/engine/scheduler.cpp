@@ -198,24 +198,28 @@ bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& re
   ++seq.num_admissions;
   seq.swap_in = seq.swapped && n_load > 0;
   seq.swapped = false;
-  if (n_load > 0) {  // scheduled once its blocks are in (poll_tiers)
-    seq.fed = computed;
-    erase_from(waiting_, &seq);
-    insert_ordered(running_, &seq);
-    running_slots_ += seq.slots;
-    plan_.admitted.push_back(&seq);
-    start_load(seq, computed, items_scratch_, n_load);
-    return true;
-  }
-  const int64_t n = max_rows(seq, computed, std::min(n_tokens - computed, token_budget));
-  reserved_blocks += blocks_needed(seq, n);
-  seq.fed = computed + n;
-  token_budget -= n;
   erase_from(waiting_, &seq);
   insert_ordered(running_, &seq);
   running_slots_ += seq.slots;
-  plan_.scheduled.push_back({&seq, computed, n});
   plan_.admitted.push_back(&seq);
+  if (n_load > 0) {
+    seq.fed = computed;
+    start_load(seq, computed, items_scratch_, n_load);
+    // A tier that answers during the call (the host tier copies in get()) has the blocks in
+    // already: finish the load now and schedule the rest in this step rather than the next
+    // (a whole step of the others' prefill or decode later, on the request's TTFT).
+    options_.tiers->poll();
+    std::optional<kvcache::LoadResult> done = options_.tiers->take_load(seq.load);
+    if (!done) return true;  // scheduled once its blocks are in (poll_tiers)
+    finish_load(seq, *done);
+    plan_.loaded.push_back(&seq);
+  }
+  const int64_t from = seq.fed = blocks_.length(seq.kv);
+  const int64_t n = max_rows(seq, from, std::min(n_tokens - from, token_budget));
+  reserved_blocks += blocks_needed(seq, n);
+  seq.fed = from + n;
+  token_budget -= n;
+  plan_.scheduled.push_back({&seq, from, n});
   plan_.num_tokens += n;
   return true;
 }

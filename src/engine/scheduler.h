@@ -67,9 +67,11 @@
 // the tiers for the whole blocks after the pool hit; the LoadCostModel decides how many of the
 // found blocks to load. Those are allocated at once (BlockManager::begin_load) and read by tier
 // gets; the sequence is *running* (it holds its blocks and slots) but *loading*: it is never
-// scheduled and never a preemption victim until its load is in. schedule() first polls the
-// stack (never waits) and finishes every completed load (BlockManager::finish_load: what did
-// not load or confirm is recomputed). A probe a tier answers later (a remote tier) holds
+// scheduled and never a preemption victim until its load is in. Right after starting a load
+// admission polls the stack once: a load already complete (the host tier copies during the get)
+// is finished at once and the sequence is scheduled in the same step like any admission.
+// schedule() first polls the stack (never waits) and finishes every completed load
+// (BlockManager::finish_load: what did not load or confirm is recomputed). A probe a tier answers later (a remote tier) holds
 // admission for that sequence until a later step. A loading sequence that is removed is
 // detached: its blocks are freed once its gets have completed.
 #pragma once

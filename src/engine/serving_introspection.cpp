@@ -101,6 +101,7 @@ KvSnapshot ServingEngineImpl::snapshot(const SnapshotOptions& options) {
       out.tier_load_decisions = d.load;
       out.tier_recompute_decisions = d.recompute;
     }
+    out.preemption = std::string(preemption_mode_name(config_.preemption));
     out.metrics = loop_metrics_;
     out.steps = loop_metrics_.steps;
     std::vector<Submitted> inbox;

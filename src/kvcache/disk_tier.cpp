@@ -357,7 +357,22 @@ void DiskTier::erase(std::span<const BlockHash> hashes) {
   submit_requests();
 }
 
+FoundBlocks DiskTier::take_found_blocks() {
+  FoundBlocks out;
+  out.block_size = options_.layout.block_size;
+  const size_t bs = static_cast<size_t>(out.block_size);
+  for (size_t i = 0; i < found_.blocks.size(); ++i) {
+    if (!slots_.find(found_.blocks[i].hash)) continue;  // dropped since
+    out.blocks.push_back(found_.blocks[i]);
+    out.tokens.insert(out.tokens.end(), found_.tokens.begin() + static_cast<std::ptrdiff_t>(i * bs),
+                      found_.tokens.begin() + static_cast<std::ptrdiff_t>((i + 1) * bs));
+  }
+  found_ = FoundBlocks{};
+  return out;
+}
+
 void DiskTier::poll(std::vector<TierCompletion>& out) {
+  if (!found_.blocks.empty()) found_ = FoundBlocks{};  // not taken before the step loop: not wanted
   results_.clear();
   io_->reap(results_);
   for (const IoResult& result : results_) handle_result(result);

@@ -35,7 +35,8 @@
 // Dropped, i.e. the slot is free space and is overwritten as the tier writes: records of another
 // model, KV format, block size or shape; headers that do not parse (a foreign or bit-flipped
 // file); records without magic (an interrupted write); records cut off by a truncated file;
-// duplicates of a hash already adopted. Nothing is trusted beyond its header until it is read,
+// duplicates of a hash already adopted. The adopted records' hashes, parents, namespaces and
+// token ids are kept until take_found_blocks() or the first poll() (KV events). Nothing is trusted beyond its header until it is read,
 // and every read verifies the whole record. Files of this naming beyond the configured capacity
 // are deleted; other files in DIR are never touched.
 //
@@ -136,6 +137,7 @@ class DiskTier final : public Tier {
   TierStats stats() const override;
   void set_eviction_callback(TierEvictionCallback callback) override { on_evict_ = std::move(callback); }
   void set_removed_callback(TierRemovedCallback callback) override { slots_.set_removed_callback(std::move(callback)); }
+  FoundBlocks take_found_blocks() override;
 
   const DiskTierInfo& info() const { return info_; }
   const DiskIoStats& io_stats() const { return io_stats_; }
@@ -265,6 +267,7 @@ class DiskTier final : public Tier {
   std::vector<IoResult> results_;      // poll scratch
   std::vector<IoRequest> batch_;       // submit scratch
   TierEvictionCallback on_evict_;
+  FoundBlocks found_;                  // adopted at start-up, until taken or the first poll
   TierStats stats_;
   DiskIoStats io_stats_;
   TierOpId next_op_ = 1;

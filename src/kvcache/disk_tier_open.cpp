@@ -283,6 +283,11 @@ Status DiskTier::scan(std::span<const int64_t> file_sizes) {
         } else {
           slots_.adopt(slot, meta->block_hash);
           ++info_.records_found;
+          found_.blocks.push_back(FoundBlock{meta->block_hash, meta->parent_hash, meta->ns});
+          const size_t n = found_.tokens.size();
+          found_.tokens.resize(n + static_cast<size_t>(meta->block_size));
+          std::memcpy(found_.tokens.data() + n, bytes + kRecordFixedHeaderBytes,
+                      static_cast<size_t>(meta->block_size) * sizeof(int32_t));  // block_record.h layout
         }
       }
     }

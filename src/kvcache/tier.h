@@ -94,6 +94,20 @@ using TierEvictionCallback = std::function<void(const BlockRecordView& record, i
 // into KV events (BlockRemoved with the tier's medium). Must not call back into the tier.
 using TierRemovedCallback = std::function<void(BlockHash hash)>;
 
+// Blocks a tier held before this process put anything into it: the disk tier's persisted
+// records adopted at start-up. The stack announces them as KV events (BlockStored) once a
+// listener is set, so a router learns what a restarted worker still has.
+struct FoundBlock {
+  BlockHash hash = 0;
+  BlockHash parent_hash = kRootBlockHash;
+  KvNamespace ns;
+};
+struct FoundBlocks {
+  int64_t block_size = 0;
+  std::vector<FoundBlock> blocks;
+  std::vector<int32_t> tokens;  // [blocks x block_size]: block i's token ids at i x block_size
+};
+
 class Tier {
  public:
   virtual ~Tier() = default;
@@ -116,6 +130,9 @@ class Tier {
   virtual void set_eviction_callback(TierEvictionCallback callback) = 0;
   // Tiers that cannot tell (a remote pool shared by many workers) keep the default: no calls.
   virtual void set_removed_callback(TierRemovedCallback callback) { (void)callback; }
+  // The blocks found at start-up that the tier still holds, once (later calls: none). A tier
+  // forgets them at its first poll(): take them before the step loop starts. Default: none.
+  virtual FoundBlocks take_found_blocks() { return {}; }
 };
 
 }  // namespace pagoda::kvcache

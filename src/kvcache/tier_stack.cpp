@@ -151,6 +151,45 @@ void TierStack::announce_stored(int tier, TierOpId op, int64_t num_ok) {
   stores_.erase(it);
 }
 
+void TierStack::set_event_listener(TierEventListener* listener) {
+  listener_ = listener;
+  if (listener_ == nullptr) return;
+  for (int t = 0; t < num_tiers(); ++t) announce_found(t);
+}
+
+void TierStack::announce_found(int tier) {
+  Level& level = tiers_[static_cast<size_t>(tier)];
+  const FoundBlocks found = level.tier->take_found_blocks();
+  if (found.blocks.empty()) return;
+  // Parents before children: each block after the found ancestors it chains to, so a chain
+  // written together comes out as one run (one BlockStored) whatever order the slots had.
+  std::unordered_map<BlockHash, size_t> by_hash;
+  for (size_t i = 0; i < found.blocks.size(); ++i) by_hash.emplace(found.blocks[i].hash, i);
+  std::vector<bool> placed(found.blocks.size(), false);
+  std::vector<size_t> order, up;
+  order.reserve(found.blocks.size());
+  for (size_t i = 0; i < found.blocks.size(); ++i) {
+    up.clear();
+    for (size_t j = i; !placed[j];) {  // i and its found ancestors not yet placed, child first
+      placed[j] = true;
+      up.push_back(j);
+      auto parent = by_hash.find(found.blocks[j].parent_hash);
+      if (parent == by_hash.end()) break;
+      j = parent->second;
+    }
+    order.insert(order.end(), up.rbegin(), up.rend());
+  }
+  const size_t bs = static_cast<size_t>(found.block_size);
+  announce_scratch_.clear();
+  for (size_t i : order) {
+    const FoundBlock& b = found.blocks[i];
+    if (!level.announced.insert(b.hash).second) continue;
+    announce_scratch_.push_back(BlockInfo{-1, b.hash, b.parent_hash,
+                                          std::span<const int32_t>(found.tokens).subspan(i * bs, bs), b.ns, 0});
+  }
+  if (!announce_scratch_.empty()) listener_->on_tier_stored(level.tier->medium(), announce_scratch_);
+}
+
 void TierStack::announce_removed(int tier, BlockHash hash) {
   if (listener_ == nullptr) return;
   Level& level = tiers_[static_cast<size_t>(tier)];
@@ -160,7 +199,7 @@ void TierStack::announce_removed(int tier, BlockHash hash) {
       if (b.hash == hash) b.block = kRemovedInFlight;
     }
   }
-  if (level.announced.erase(hash) == 0) return;  // never told (found at start-up, or before the listener)
+  if (level.announced.erase(hash) == 0) return;  // never told (put before the listener was set)
   listener_->on_tier_removed(level.tier->medium(), std::span<const BlockHash>(&hash, 1));
 }
 

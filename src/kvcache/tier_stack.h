@@ -26,7 +26,10 @@
 //   block: a put of a block the tier already holds, a refresh, is not told again) and of every
 //   block a tier stopped holding (its removed callback: evicted, erased, dropped as corrupt;
 //   every announced block of a tier when the tier turns disabled). Blocks a tier found at
-//   start-up (the disk tier's persisted records) are not announced.
+//   start-up (the disk tier's persisted records, Tier::take_found_blocks) are announced as
+//   stored when the listener is set, parents before children, so that a router learns what a
+//   restarted worker still holds; set it before the step loop first polls (tiers forget them
+//   then).
 //
 // Faults of a tier never fail the stack: a tier that reports enabled() == false answers every op
 // at once as a miss; the stack logs once per tier and counts it (TierCounters::disabled).
@@ -134,7 +137,7 @@ class TierStack final : public BlockEventListener {
   OffloadMode offload() const { return offload_; }
 
   // Tier KV events (see the top); not owned, must outlive the stack or be unset (nullptr).
-  void set_event_listener(TierEventListener* listener) { listener_ = listener; }
+  void set_event_listener(TierEventListener* listener);
 
   // BlockEventListener (offload).
   void on_blocks_stored(std::span<const BlockInfo> chain) override;
@@ -225,6 +228,7 @@ class TierStack final : public BlockEventListener {
   void record_store(int tier, TierOpId op, std::span<const TierPut> puts);
   void announce_stored(int tier, TierOpId op, int64_t num_ok);
   void announce_removed(int tier, BlockHash hash);
+  void announce_found(int tier);
   void poll_tier(int tier);
 
   BlockPool& pool_;

@@ -100,7 +100,7 @@ std::string prometheus_text(const engine::ServingMetrics& m) {
   sample(out, "pagoda_requests_finished_total{reason=\"length\"}", static_cast<double>(m.finished_length));
   sample(out, "pagoda_requests_finished_total{reason=\"abort\"}", static_cast<double>(m.finished_abort));
   sample(out, "pagoda_requests_finished_total{reason=\"error\"}", static_cast<double>(m.finished_error));
-  counter(out, "pagoda_preemptions_total", "Running requests preempted for lack of KV blocks (recomputed later).", m.preemptions);
+  counter(out, "pagoda_preemptions_total", "Running requests preempted for lack of KV blocks (recomputed, or swapped to the host tier with --preemption swap).", m.preemptions);
   counter(out, "pagoda_kv_swapped_out_blocks_total", "KV blocks put into the host tier by swap preemptions.",
           m.swapped_out_blocks);
   counter(out, "pagoda_kv_swapped_in_blocks_total", "KV blocks of swap-preempted requests loaded back on resumption.",

@@ -3,7 +3,8 @@
 // the next request, and the generation equals Engine::generate without any tier, bit for bit.
 // Also: the usage breakdown by tier, a corrupt SSD record (a miss, counted, output equal to
 // cold), a load forced off by the cost model, and loads driven step by step through a
-// FakeTier (the sequence joins the batch only when its blocks are in; aborting it mid-load).
+// FakeTier (the sequence joins the batch only when its blocks are in; aborting it mid-load), and a
+// host-tier load, complete at once, joining the batch in the step that admits it.
 // Introspection over the tiers: explain names the tier of each hitting block and its hit count
 // is what the request then reports as cached_tokens; snapshots have a row per tier; a request's
 // blocks show "loading" and where they were loaded from.
@@ -148,6 +149,24 @@ TEST_F(ServingTiers, PrefixFromTheHostTierEqualsRecomputeBitForBit) {
   EXPECT_GT(m.tiers[0].offloaded_blocks, 0);
   EXPECT_GT(m.tiers[0].load_latency.count, 0);
   EXPECT_GT(m.tier_load_decisions, 0);
+  testing::expect_clean(*se);
+}
+
+TEST_F(ServingTiers, AHostTierLoadJoinsTheBatchInTheStepThatAdmitsIt) {
+  std::vector<std::unique_ptr<kvcache::Tier>> tiers;
+  tiers.push_back(host(64));
+  auto se = make(/*pool=*/8, std::move(tiers));
+  const std::vector<int32_t> p = story();
+  run(*se, p);
+  churn(*se);
+  auto rec = std::make_shared<Recorder>();
+  ASSERT_TRUE(se->submit(completion(p, 6), rec).is_ok());
+  se->step();  // admitted, loaded from the host tier during the admission, prefilled, sampled
+  ASSERT_EQ(rec->choice(0).tokens.size(), 1u) << "the first token comes from the admitting step";
+  EXPECT_GT(engine_->tiers()->counters(0).loaded_blocks, 0);
+  testing::run_to_end(*se);
+  EXPECT_EQ(rec->choice(0).tokens, reference(p));
+  EXPECT_GT(cached_from(*rec, "host"), 0);
   testing::expect_clean(*se);
 }
 

@@ -1,12 +1,14 @@
 // Tier KV events: the TierStack tells its TierEventListener, with each tier's medium, which
 // blocks a tier came to hold (a put completed; once per block, not on a refresh) and which it
-// dropped (evicted, dropped as corrupt, every announced block when the tier turns disabled), so
+// dropped (evicted, dropped as corrupt, every announced block when the tier turns disabled), and
+// of the disk tier's records found at start-up once the listener is set, so
 // the KV event publisher's BlockStored / BlockRemoved follow the tiers as they follow the pool.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <optional>
 
+#include "disk_test_util.h"
 #include "fake_tier.h"
 #include "kvcache/block_manager.h"
 #include "kvcache/host_tier.h"
@@ -216,6 +218,68 @@ TEST_F(TierEventsTest, WithoutAListenerNothingIsRecorded) {
   evict_all();
   EXPECT_TRUE(events_.events.empty());
   stack_->check_integrity();
+}
+
+TEST(TierEventsFound, DiskRecordsFoundAtStartUpAreAnnouncedOnceParentsFirst) {
+  using namespace disk_test;  // NOLINT
+  const KvLayout l = small_layout();
+  TempDir dir;
+  LogCapture log;
+  ManualClock clock;
+  const std::vector<TestBlock> a = make_chain(l, 3, 1), b = make_chain(l, 2, 2);
+  {  // a's blocks written child first, so the slots hold a2 a1 a0 b0 b1
+    auto tier = open_tier(options_for(dir.path, l, 16), clock, log.logger);
+    const std::vector<TestBlock> a_reversed{a[2], a[1], a[0]};
+    ASSERT_EQ(finish(*tier, tier->put(puts_of(a_reversed)), nullptr).num_ok, 3);
+    ASSERT_EQ(finish(*tier, tier->put(puts_of(b)), nullptr).num_ok, 2);
+  }
+  BlockPool pool = BlockPool::create(l, 4).value();
+  TierStack stack(pool, OffloadMode::kWriteBack, clock, log.logger);
+  auto disk = open_tier(options_for(dir.path, l, 16), clock, log.logger);
+  DiskTier& tier = *disk;
+  ASSERT_EQ(tier.info().records_found, 5);
+  const BlockHash b1 = b[1].meta.block_hash;
+  tier.erase(std::span<const BlockHash>(&b1, 1));  // no longer held: not announced
+  stack.add_tier(std::move(disk));
+  Recorder events;
+  stack.set_event_listener(&events);
+  ASSERT_EQ(events.events.size(), 1u);
+  const Event& e = events.events[0];
+  EXPECT_TRUE(e.stored);
+  EXPECT_EQ(e.medium, "DISK");
+  const std::vector<const TestBlock*> want{&a[0], &a[1], &a[2], &b[0]};
+  ASSERT_EQ(e.hashes.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(e.hashes[i], want[i]->meta.block_hash) << i;
+    EXPECT_EQ(e.parents[i], want[i]->meta.parent_hash) << i;
+    EXPECT_EQ(e.tokens[i], want[i]->tokens) << i;
+  }
+  // Told once; announced blocks are removed like any other.
+  stack.set_event_listener(nullptr);
+  stack.set_event_listener(&events);
+  EXPECT_EQ(events.events.size(), 1u);
+  const BlockHash a1 = a[1].meta.block_hash;
+  tier.erase(std::span<const BlockHash>(&a1, 1));
+  EXPECT_EQ(events.all(false, "DISK"), std::vector<BlockHash>{a1});
+  stack.check_integrity();
+}
+
+TEST(TierEventsFound, FoundRecordsNotTakenBeforeTheFirstPollAreForgotten) {
+  using namespace disk_test;  // NOLINT
+  const KvLayout l = small_layout();
+  TempDir dir;
+  LogCapture log;
+  ManualClock clock;
+  const std::vector<TestBlock> a = make_chain(l, 2, 3);
+  {
+    auto tier = open_tier(options_for(dir.path, l, 8), clock, log.logger);
+    ASSERT_EQ(finish(*tier, tier->put(puts_of(a)), nullptr).num_ok, 2);
+  }
+  auto tier = open_tier(options_for(dir.path, l, 8), clock, log.logger);
+  std::vector<TierCompletion> out;
+  tier->poll(out);
+  EXPECT_TRUE(tier->take_found_blocks().blocks.empty());
+  EXPECT_EQ(finish(*tier, tier->lookup(hashes_of(a)), nullptr).num_ok, 2);  // still held, just not told
 }
 
 }  // namespace

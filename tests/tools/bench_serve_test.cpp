@@ -249,6 +249,33 @@ TEST(BenchServe, MultiTurnResendsTheGrowingHistoryWithTheStreamedReplies) {
   EXPECT_GT(report["summary"]["prefix_cache_hit_rate"].get<double>(), 0.3);
 }
 
+TEST(BenchServe, InterleavedSessionsTakeTurnsRoundRobin) {
+  // One worker, so the arrival order is the order turns are taken in.
+  for (const bool interleave : {false, true}) {
+    ScriptedServer server;
+    const json report = run_json("--url " + server.url() + " --workload multi-turn --sessions 3 --turns 2 "
+                                 "--concurrency 1 --prompt-len 3 --output-len 2 --json" +
+                                 std::string(interleave ? " --interleave" : ""));
+    EXPECT_EQ(report["summary"]["succeeded"], 6);
+    EXPECT_EQ(report["config"]["interleave"], interleave);
+    std::vector<size_t> sizes;       // messages per request, in arrival order
+    std::vector<std::string> firsts;  // the session (its first user message) of each request
+    for (const auto& r : server.received()) {
+      sizes.push_back(r.body["messages"].size());
+      firsts.push_back(r.body["messages"][0]["content"]);
+    }
+    ASSERT_EQ(sizes.size(), 6u);
+    if (interleave) {
+      EXPECT_EQ(sizes, (std::vector<size_t>{1, 1, 1, 3, 3, 3}));
+      for (size_t i = 0; i < 3; ++i) EXPECT_EQ(firsts[i], firsts[i + 3]);  // the same session order each round
+      EXPECT_NE(firsts[0], firsts[1]);
+      EXPECT_NE(firsts[1], firsts[2]);
+    } else {
+      EXPECT_EQ(sizes, (std::vector<size_t>{1, 3, 1, 3, 1, 3}));
+    }
+  }
+}
+
 TEST(BenchServe, PoissonArrivalsAreDeterministicGivenTheSeed) {
   ScriptedServer server;
   const std::string base = "--url " + server.url() + " --num-requests 8 --rate 500 --prompt-len 3 --output-len 1";
