@@ -55,6 +55,23 @@ inline Runs attended_runs(const AttentionParams& params, int64_t n_ctx) {
   return Runs{{0, a.window_begin}, {a.sink_end, n_ctx}};
 }
 
+// Softmax numerators of one score row over its runs, in place: w[p] = exp(w[p] - max); returns
+// 1 / sum (the output and score passes share it, so their probabilities agree bit for bit).
+inline float exp_scores_over_runs(float* w, const Runs& runs) {
+  float max_score = -INFINITY;
+  for (int run = 0; run < 2; ++run) {
+    for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) max_score = std::max(max_score, w[p]);
+  }
+  float sum = 0.0f;
+  for (int run = 0; run < 2; ++run) {
+    for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) {
+      w[p] = std::exp(w[p] - max_score);
+      sum += w[p];
+    }
+  }
+  return 1.0f / sum;
+}
+
 }  // namespace
 
 AttentionScratch::AttentionScratch(int num_threads, int64_t max_context, int64_t head_dim)
@@ -133,21 +150,7 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
           });
         }
         float inv[AttentionScratch::kMaxGroup];
-        for (int64_t gi = 0; gi < g; ++gi) {
-          float* w = scores + gi * max_ctx;
-          float max_score = -INFINITY;
-          for (int run = 0; run < 2; ++run) {
-            for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) max_score = std::max(max_score, w[p]);
-          }
-          float sum = 0.0f;
-          for (int run = 0; run < 2; ++run) {
-            for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) {
-              w[p] = std::exp(w[p] - max_score);
-              sum += w[p];
-            }
-          }
-          inv[gi] = 1.0f / sum;
-        }
+        for (int64_t gi = 0; gi < g; ++gi) inv[gi] = exp_scores_over_runs(scores + gi * max_ctx, runs);
         std::memset(acc, 0, g * hd * sizeof(float));
         for (int run = 0; run < 2; ++run) {
           for_each_block_of_run(runs.begin[run], runs.end[run], B, [&](int64_t j, int64_t r0, int64_t r1) {
@@ -206,15 +209,7 @@ void paged_attention_scores(const KvLayerView& layer, const float* q, const int3
           }
           for (int64_t gi = 0; gi < g; ++gi) {
             float* wg = w + gi * max_ctx;
-            float max_score = -INFINITY;
-            for (int run = 0; run < 2; ++run) {
-              for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) max_score = std::max(max_score, wg[p]);
-            }
-            float sum = 0.0f;
-            for (int run = 0; run < 2; ++run) {
-              for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) sum += (wg[p] = std::exp(wg[p] - max_score));
-            }
-            const float inv = 1.0f / sum;
+            const float inv = exp_scores_over_runs(wg, runs);
             for (int run = 0; run < 2; ++run) {
               for (int64_t p = runs.begin[run]; p < runs.end[run]; ++p) slice[p] += wg[p] * inv;
             }
