@@ -34,6 +34,12 @@ for mode in "${modes[@]}"; do
       cmake -S "$root" -B "$build" -DPAGODA_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
       targets=(pagoda kvcache_tests events_tests store_tests engine_tests server_tests)
       export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp}"
+      # UCX's memory hooks (libucm, loaded by every binary that links the transfer module)
+      # intercept madvise and take a pthread rwlock from glibc's thread-exit path, which TSan's
+      # runtime cannot handle there (a segfault in __tsan::MutexPreReadLock when a thread ends,
+      # even while only listing tests). The agents map their pools once with ucp_mem_map for their
+      # whole life, so the hooks (registration-cache invalidation) are not needed.
+      export UCX_MEM_EVENTS=no
       ;;
     *) echo "sanitize: unknown mode $mode (asan|tsan)"; exit 2 ;;
   esac
