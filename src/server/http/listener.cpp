@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "server/http/connection_gate.h"
 #include "server/http/errors.h"
@@ -106,10 +107,28 @@ Result<int> HttpListener::bind() {
   return port;
 }
 
-void HttpListener::listen() { http_->listen_after_bind(); }
+void HttpListener::listen() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    if (stop_requested_) return;
+    listening_.store(true);
+  }
+  http_->listen_after_bind();
+  listening_.store(false);
+}
 
 void HttpListener::stop() {
-  if (http_ != nullptr) http_->stop();
+  if (http_ == nullptr) return;
+  bool wait_for_accept_loop = false;
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    stop_requested_ = true;
+    wait_for_accept_loop = listening_.load();
+  }
+  // listen() has begun: httplib marks itself running before its accept loop, and only then
+  // does its stop() close the socket. The wait is the few instructions between the two.
+  while (wait_for_accept_loop && listening_.load() && !http_->is_running()) std::this_thread::yield();
+  http_->stop();
 }
 
 }  // namespace pagoda::http

@@ -10,8 +10,10 @@
 // (from any thread; listen() returns once the in-flight handlers have).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/log.h"
@@ -43,8 +45,11 @@ class HttpListener {
   httplib::Server& server() { return *http_; }
   // Binds host:port; returns the port (the chosen one when port is 0).
   Result<int> bind();
-  // Serves until stop(). Precondition: bind() succeeded.
+  // Serves until stop(). Precondition: bind() succeeded. Returns at once if stop() came first.
   void listen();
+  // Ends listen() whenever it is called, even before listen() has started accepting (httplib's
+  // own stop() does nothing until its accept loop runs, which left a listen() that began just
+  // after an early stop() blocked in accept() for good).
   void stop();
 
   static constexpr int kListenBacklog = 1024;  // pending connections (httplib's own: 5)
@@ -54,6 +59,9 @@ class HttpListener {
   const Logger& logger_;
   std::unique_ptr<httplib::Server> http_;
   int listen_socket_ = -1;  // the bound socket, once bind() ran
+  std::mutex stop_mutex_;            // orders listen()'s start against stop()
+  bool stop_requested_ = false;      // guarded by stop_mutex_
+  std::atomic<bool> listening_{false};  // inside listen_after_bind()
 };
 
 }  // namespace pagoda::http
