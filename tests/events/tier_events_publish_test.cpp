@@ -18,21 +18,32 @@
 namespace pagoda::events {
 namespace {
 
-TEST(TierEventsPublish, HostTierBlocksArePublishedWithMediumCpu) {
+// One layer, one KV head of width 2, blocks of 4 tokens.
+kvcache::KvLayout tiny_layout() {
   kvcache::KvLayout layout;
   layout.n_layer = 1;
   layout.n_kv_head = 1;
   layout.head_dim = 2;
   layout.block_size = 4;
-  const kvcache::KvNamespace ns{1, 2, 0};
-  ManualClock clock;
-  Logger logger(LogLevel::kSilent);
+  return layout;
+}
+
+// A ZeroMQ publisher on a free loopback port, topic "kv".
+KvEventsConfig loopback_events() {
   KvEventsConfig c;
   c.enable_kv_cache_events = true;
   c.publisher = "zmq";
   c.endpoint = "tcp://127.0.0.1:*";
   c.topic = "kv";
-  auto publisher = KvEventPublisher::create(c, [] { return 1.0; }, logger);
+  return c;
+}
+
+TEST(TierEventsPublish, HostTierBlocksArePublishedWithMediumCpu) {
+  const kvcache::KvLayout layout = tiny_layout();
+  const kvcache::KvNamespace ns{1, 2, 0};
+  ManualClock clock;
+  Logger logger(LogLevel::kSilent);
+  auto publisher = KvEventPublisher::create(loopback_events(), [] { return 1.0; }, logger);
   ASSERT_TRUE(publisher.is_ok()) << publisher.status().message();
   {
     kvcache::BlockPool pool = kvcache::BlockPool::create(layout, 4).value();
@@ -85,11 +96,7 @@ TEST(TierEventsPublish, HostTierBlocksArePublishedWithMediumCpu) {
 }
 
 TEST(TierEventsPublish, DiskRecordsFoundAtStartUpArePublishedWithMediumDisk) {
-  kvcache::KvLayout layout;
-  layout.n_layer = 1;
-  layout.n_kv_head = 1;
-  layout.head_dim = 2;
-  layout.block_size = 4;
+  const kvcache::KvLayout layout = tiny_layout();
   const kvcache::KvNamespace ns{1, 2, 0};
   ManualClock clock;
   Logger logger(LogLevel::kSilent);
@@ -124,12 +131,7 @@ TEST(TierEventsPublish, DiskRecordsFoundAtStartUpArePublishedWithMediumDisk) {
     ASSERT_FALSE(stack.has_pending_work());
     bm.remove_listener(&stack);
   }
-  KvEventsConfig c;
-  c.enable_kv_cache_events = true;
-  c.publisher = "zmq";
-  c.endpoint = "tcp://127.0.0.1:*";
-  c.topic = "kv";
-  auto publisher = KvEventPublisher::create(c, [] { return 1.0; }, logger);
+  auto publisher = KvEventPublisher::create(loopback_events(), [] { return 1.0; }, logger);
   ASSERT_TRUE(publisher.is_ok()) << publisher.status().message();
   {  // the restart: found on disk, told to the publisher as it is set (as cmd_serve does)
     kvcache::BlockPool pool = kvcache::BlockPool::create(layout, 4).value();
