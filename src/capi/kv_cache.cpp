@@ -245,7 +245,8 @@ pagoda_kv_status pagoda_kv_seq_block_table(pagoda_kv_cache* cache, pagoda_kv_seq
     if (num_blocks == nullptr || (out == nullptr && capacity > 0)) return invalid("num_blocks (and out) must not be NULL");
     const std::vector<int32_t>& table = cache->manager->block_table(seq);
     *num_blocks = table.size();
-    std::memcpy(out, table.data(), std::min(capacity, table.size()) * sizeof(int32_t));
+    const size_t n = std::min(capacity, table.size());
+    if (n > 0) std::memcpy(out, table.data(), n * sizeof(int32_t));  // out may be NULL with capacity 0 (a size query)
     return PAGODA_KV_OK;
   });
 }

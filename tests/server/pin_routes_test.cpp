@@ -179,7 +179,8 @@ TEST_F(PinServerTest, LimitsAndBadBodiesGetClearErrors) {
   EXPECT_EQ(del("/v1/cache/pin", {{"id", "nine"}})->status, 400);
   EXPECT_EQ(del("/v1/cache/pins/xyz", nullptr)->status, 404);
   EXPECT_EQ(client_->Delete("/v1/cache/pin", "[}", "application/json")->status, 400);
-  for (const json& p : get_json("/v1/cache/pins")["data"]) {
+  const json pins = get_json("/v1/cache/pins");  // the range below must not be a temporary's member
+  for (const json& p : pins["data"]) {
     EXPECT_EQ(del("/v1/cache/pins/" + p["id"].get<std::string>(), nullptr)->status, 200);
   }
   expect_idle_and_intact();
