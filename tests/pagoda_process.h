@@ -85,6 +85,10 @@ class PagodaProcess {
     reaped_ = true;
   }
   std::string err() const { return read_file_or_empty(err_path_); }
+  // SIGSTOP / SIGCONT and the like, while it runs.
+  void signal(int signal_number) {
+    if (pid_ > 0 && !reaped_) kill(pid_, signal_number);
+  }
 
  private:
   pid_t pid_ = -1;

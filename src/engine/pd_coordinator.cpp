@@ -166,6 +166,7 @@ ImportOutcome PdCoordinator::import(std::span<const int32_t> prompt, const std::
   out.blocks_pulled = static_cast<int64_t>(pull.blocks.size());
   out.bytes = r.bytes;
   out.seconds = r.seconds;
+  out.transports = r.rma_transports;
   out.cached_tokens = n_remote * block_size;
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.imports_ok;
@@ -173,6 +174,7 @@ ImportOutcome PdCoordinator::import(std::span<const int32_t> prompt, const std::
   stats_.imported_bytes += r.bytes;
   stats_.local_hit_blocks += n_local;
   stats_.transfer_seconds += r.seconds;
+  stats_.last_transports = r.rma_transports;
   return out;
 }
 

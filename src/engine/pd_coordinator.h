@@ -61,6 +61,7 @@ struct PdStats {
   int64_t local_hit_blocks = 0;        // lent blocks found already cached here (not pulled)
   double transfer_seconds = 0;         // summed over successful pulls
   std::string last_fallback;           // why the last fallback happened
+  std::string last_transports;         // the UCX transports of the last pull's gets ("tcp/lo", "sysv/memory ...")
 };
 
 struct ImportOutcome {
@@ -68,6 +69,7 @@ struct ImportOutcome {
   std::string reason;
   int64_t blocks_pulled = 0, bytes = 0, cached_tokens = 0;
   double seconds = 0;
+  std::string transports;              // the UCX transports the gets took (PullResult::rma_transports)
 };
 
 class PdCoordinator {

@@ -43,7 +43,7 @@ Status HttpServer::prepare_pd(const httplib::Request& req, const ApiRequest& api
   }
   const engine::ImportOutcome out = pd->import(requests[0].prompt, requests[0].cache_salt, *params);
   plan.transfer_note = out.imported ? "pulled " + std::to_string(out.blocks_pulled) + " blocks, " +
-                                          std::to_string(out.bytes) + " bytes"
+                                          std::to_string(out.bytes) + " bytes over " + out.transports
                                     : "fallback: " + out.reason;
   return Status::ok();
 }
@@ -98,6 +98,7 @@ void HttpServer::pd_routes(httplib::Server& http) {
       j["local_hit_blocks"] = s.local_hit_blocks;
       j["transfer_seconds"] = s.transfer_seconds;
       j["last_fallback"] = s.last_fallback;
+      j["last_transports"] = s.last_transports;
     } else {
       j["leases_held"] = 0;
       j["leases_active"] = 0;

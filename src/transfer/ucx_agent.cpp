@@ -4,7 +4,11 @@
 #include <netinet/in.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <vector>
 
 #include "core/check.h"
 #include "transfer/ucx_agent_impl.h"
@@ -18,7 +22,82 @@ Status ucx_error(const std::string& what, ucs_status_t s) {
                              " (check UCX_TLS / UCX_NET_DEVICES; see README, P/D disaggregation)");
 }
 
+// UCX_TLS as `config` holds it (its environment's, or as modified), e.g. "tcp,self" or "all".
+std::string configured_tls(const ucp_config_t* config) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  if (out == nullptr) return "all";
+  ucp_config_print(config, out, nullptr, UCS_CONFIG_PRINT_CONFIG);
+  std::fclose(out);
+  const std::string printed(text, size);
+  std::free(text);
+  const size_t at = printed.find("UCX_TLS=");
+  if (at == std::string::npos) return "all";
+  const size_t end = printed.find('\n', at);
+  return printed.substr(at + 8, (end == std::string::npos ? printed.size() : end) - at - 8);
+}
+
+// Whether a UCX_TLS value can select posix/sysv: "all", an exclusion list ("^tcp"), or one
+// that names sm/shm/mm/posix/sysv.
+bool may_use_shared_memory(const std::string& tls) {
+  if (tls.empty() || tls == "all" || tls[0] == '^') return true;
+  size_t begin = 0;
+  while (begin <= tls.size()) {
+    size_t end = tls.find(',', begin);
+    if (end == std::string::npos) end = tls.size();
+    const std::string name = tls.substr(begin, end - begin);
+    if (name == "sm" || name == "shm" || name == "mm" || name == "posix" || name == "sysv") return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
 }  // namespace
+
+std::string rma_transports(ucp_ep_h ep) {
+  // ucp_ep_print_info names each lane ("lane[3]:  1:tcp/lo.0 md[1] -> ... rma_bw#0 wireup") and
+  // lists the lanes gets use ("get[1]: 0..<bcopy>..(inf)"). The transports of those lanes, else
+  // (no get lines) of the rma_bw lanes. Checked on UCX 1.13.
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  if (out == nullptr) return "";
+  ucp_ep_print_info(ep, out);
+  std::fclose(out);
+  const std::string info(text, size);
+  std::free(text);
+  std::map<int, std::string> lane_tl;
+  std::vector<int> get_lanes, bw_lanes;
+  size_t begin = 0;
+  while (begin < info.size()) {
+    size_t end = info.find('\n', begin);
+    if (end == std::string::npos) end = info.size();
+    const std::string line = info.substr(begin, end - begin);
+    begin = end + 1;
+    int lane = -1;
+    if (const size_t at = line.find("lane["); at != std::string::npos) {
+      lane = std::atoi(line.c_str() + at + 5);
+      // "N:tl/dev.I" is the first word with a '/' before "->".
+      const size_t arrow = line.find("->"), slash = line.find('/');
+      if (slash == std::string::npos || (arrow != std::string::npos && slash > arrow)) continue;
+      const size_t colon = line.rfind(':', slash);
+      const size_t from = colon == std::string::npos ? 0 : colon + 1;
+      const size_t to = line.find_first_of(" .", slash);
+      lane_tl[lane] = line.substr(from, (to == std::string::npos ? line.size() : to) - from);
+      if (line.find("rma_bw", arrow == std::string::npos ? 0 : arrow) != std::string::npos) bw_lanes.push_back(lane);
+    } else if (const size_t g = line.find("get["); g != std::string::npos) {
+      get_lanes.push_back(std::atoi(line.c_str() + g + 4));
+    }
+  }
+  std::string found;
+  for (int lane : get_lanes.empty() ? bw_lanes : get_lanes) {
+    auto it = lane_tl.find(lane);
+    if (it == lane_tl.end() || found.find(it->second) != std::string::npos) continue;
+    found += (found.empty() ? "" : " ") + it->second;
+  }
+  return found;
+}
 
 Result<std::unique_ptr<UcxAgent>> UcxAgent::create(const UcxAgentConfig& config, PoolMemory memory,
                                                    LeaseTable* leases, const Clock& clock, const Logger& logger) {
@@ -41,11 +120,28 @@ Status UcxAgentImpl::init() {
   ucp_config_t* ucp_config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &ucp_config);
   if (s != UCS_OK) return ucx_error("config", s);
+  bool own_error_handling = false;
   for (const auto& [name, value] : config_.ucx_options) {
     s = ucp_config_modify(ucp_config, name.c_str(), value.c_str());
     if (s != UCS_OK) {
       ucp_config_release(ucp_config);
       return ucx_error("setting UCX_" + name + "=" + value, s);
+    }
+    own_error_handling |= name.find("ERROR_HANDLING") != std::string::npos;
+  }
+  // Every endpoint here asks for peer failure handling (a dead peer must fail a pull, not hang
+  // it), and UCX 1.13 leaves its shared-memory transports (posix, sysv) out of such endpoints
+  // unless their own error handling is on (UCX_POSIX_/UCX_SYSV_ERROR_HANDLING, off by default;
+  // "MM_ERROR_HANDLING" is their common name for ucp_config_modify): without it
+  // UCX_TLS=sm,self,tcp moved every byte of the gets over tcp. With it the gets take the
+  // sysv/posix lanes (PullResult::rma_transports says which; only control messages stay on tcp)
+  // and a peer's death is seen by UCX's keepalive on them. Only when the transports include
+  // shared memory (else UCX warns that the setting is invalid), and not over the caller's own.
+  if (!own_error_handling && may_use_shared_memory(configured_tls(ucp_config))) {
+    s = ucp_config_modify(ucp_config, "MM_ERROR_HANDLING", "y");
+    if (s != UCS_OK) {
+      ucp_config_release(ucp_config);
+      return ucx_error("setting MM_ERROR_HANDLING=y", s);
     }
   }
   ucp_params_t params{};

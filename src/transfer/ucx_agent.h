@@ -21,8 +21,10 @@
 //
 // Transports: chosen by UCX from its environment (ucp_config_read) and UcxAgentConfig's
 // ucx_options on top: UCX_TLS=tcp,self UCX_NET_DEVICES=lo (gets emulated over active messages), or
-// UCX_TLS=sm,self,tcp (the sockaddr listener's connection manager is tcp; UCX 1.13 keeps the
-// gets of such an endpoint on tcp too). cma needs ptrace rights, posix/sysv a shared /dev/shm.
+// UCX_TLS=sm,self,tcp (the sockaddr listener's connection manager is tcp; the gets take the
+// sysv/posix shared-memory lanes: the agent turns on their peer-failure handling, which UCX
+// 1.13 requires for endpoints that handle peer failure). posix/sysv need a shared /dev/shm
+// (and IPC namespace) between the two processes.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +67,7 @@ struct PullResult {
   Status status;
   int64_t bytes = 0;                // pulled (0 unless ok)
   int64_t num_gets = 0;             // get operations issued (runs of consecutive blocks)
+  std::string rma_transports;       // the peer endpoint's RMA lanes, e.g. "sysv/memory posix/memory"
   double seconds = 0;
 };
 

@@ -19,6 +19,9 @@
 
 namespace pagoda::transfer {
 
+// The transports of `ep`'s RMA lanes as UCX prints them ("sysv/memory posix/memory", "tcp/lo").
+std::string rma_transports(ucp_ep_h ep);
+
 class UcxAgentImpl final : public UcxAgent {
  public:
   UcxAgentImpl(const UcxAgentConfig& config, PoolMemory memory, LeaseTable* leases, const Clock& clock,
@@ -42,6 +45,7 @@ class UcxAgentImpl final : public UcxAgent {
     Status failure;
     uint64_t hello_id = 0;
     PoolDescriptor remote;
+    std::string rma_transports;   // set when ready: the transports UCX chose for its gets
     int num_ops = 0;              // ops referring to it
     ucs_status_ptr_t close_request = nullptr;  // after the failure: the force-close in progress
   };

@@ -246,6 +246,7 @@ void UcxAgentImpl::finish(Op& op) {
   r.status = op.status;
   r.bytes = op.status.is_ok() ? op.bytes : 0;
   r.num_gets = op.num_gets;
+  if (op.peer != nullptr) r.rma_transports = op.peer->rma_transports;
   r.seconds = static_cast<double>(clock_.now_ns() - op.start_ns) * 1e-9;
   if (op.peer != nullptr) --op.peer->num_ops;
   op.peer = nullptr;
@@ -297,6 +298,8 @@ void UcxAgentImpl::on_message(MessageId id, std::span<const uint8_t> bytes, ucp_
           return fail_peer(*peer, Status::unavailable(std::string("KV transfer: bad rkey from ") + key + ": " +
                                                       ucs_status_string(s)));
         }
+        peer->rma_transports = rma_transports(peer->ep);
+        logger_.info("KV transfer: peer " + key + " ready, gets over " + peer->rma_transports);
         peer->state = Peer::State::kReady;
         return;
       }

@@ -5,6 +5,7 @@
 // every test no instance holds a block in use or a lease.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <thread>
 
 #include "router_fixture.h"
@@ -55,9 +56,13 @@ HeaderReply post_with_header(int port, const json& body) {
 
 class PdTest : public ::testing::Test {
  protected:
+  // The workers' extra flags; --kv-transfer-timeout is 10 s unless they name it.
   void start(const std::string& prefill_args = "", const std::string& decode_args = "") {
-    prefill_ = start_worker(0, "--role prefill --kv-transfer-timeout 10 " + prefill_args);
-    decode_ = start_worker(0, "--role decode --kv-transfer-timeout 10 " + decode_args);
+    auto with_timeout = [](const std::string& args) {
+      return args.find("--kv-transfer-timeout") == std::string::npos ? "--kv-transfer-timeout 10 " + args : args;
+    };
+    prefill_ = start_worker(0, "--role prefill " + with_timeout(prefill_args));
+    decode_ = start_worker(0, "--role decode " + with_timeout(decode_args));
     colocated_ = start_worker(0);
     prefill_port_ = prefill_->port();
     decode_port_ = decode_->port();
@@ -93,12 +98,16 @@ class PdTest : public ::testing::Test {
     return r.j.is_object() ? r.j.value("kv_transfer_params", json()) : json();
   }
 
+  void greedy_through_router_equals_colocated(const std::string& ucx_args, const std::string& transport);
+
   std::unique_ptr<PagodaProcess> prefill_, decode_, colocated_, router_;
   int prefill_port_ = 0, decode_port_ = 0, colocated_port_ = 0, router_port_ = 0;
 };
 
-TEST_F(PdTest, GreedyOutputThroughRouterEqualsColocatedOverConcurrentRequests) {
-  start();
+// 24 concurrent requests (half streamed) through the router: each equals the colocated
+// instance's reply, each was pulled (none fell back), and the gets took `transport`.
+void PdTest::greedy_through_router_equals_colocated(const std::string& ucx_args, const std::string& transport) {
+  start(ucx_args, ucx_args);
   start_router();
   constexpr int kRequests = 24;
   std::vector<std::string> prompts;
@@ -132,11 +141,55 @@ TEST_F(PdTest, GreedyOutputThroughRouterEqualsColocatedOverConcurrentRequests) {
   EXPECT_EQ(d.value("imports_ok", 0), kRequests) << d.dump();
   EXPECT_EQ(d.value("imports_fallback", -1), 0) << d.dump();
   EXPECT_GT(d.value("imported_bytes", 0), 0);
+  EXPECT_NE(d.value("last_transports", "").find(transport), std::string::npos) << d.dump();
   const json p = pd_stats(prefill_port_);
   EXPECT_EQ(p.value("leases_granted", 0), kRequests) << p.dump();
   EXPECT_EQ(p.value("leases_confirmed", 0), kRequests) << p.dump();
   const std::string metrics = get_text(router_port_, "/metrics");
   EXPECT_NE(metrics.find("pagoda_router_pd_prefills_total " + std::to_string(kRequests)), std::string::npos) << metrics;
+  expect_idle();
+}
+
+TEST_F(PdTest, GreedyOutputThroughRouterEqualsColocatedOverConcurrentRequests) {
+  greedy_through_router_equals_colocated("", "tcp/");  // the default: UCX_TLS=tcp,self on lo
+}
+
+TEST_F(PdTest, GreedyOutputOverSharedMemoryEqualsColocated) {
+  // The gets on UCX's shared-memory lanes (sysv/posix), not on tcp (which only connects).
+  greedy_through_router_equals_colocated("--ucx-tls sm,self,tcp", "/memory");
+}
+
+// A prefill worker that stops answering (SIGSTOP: alive, its sockets open, nothing progresses)
+// after it lent its blocks: the decode worker's pull runs into --kv-transfer-timeout, it computes
+// the prompt itself, the reply is the colocated one; the unconfirmed lease expires (--kv-lease)
+// once the prefill worker runs again.
+TEST_F(PdTest, AFrozenPrefillWorkerTimesOutAndTheDecodeWorkerComputes) {
+  start("--kv-lease 3", "--kv-transfer-timeout 2");
+  const std::string prompt = story(6, 5);
+  const std::string expected = text_of(post(colocated_port_, "/v1/completions", greedy(prompt, 10)));
+  auto decode_with = [&](const json& params) {
+    json body = greedy(prompt, 10);
+    body["kv_transfer_params"] = params;
+    return post_with_header(decode_port_, body);
+  };
+  HeaderReply r = decode_with(prefill_params(prompt));  // connects: the next pull's peer is ready
+  EXPECT_EQ(r.transfer.rfind("pulled", 0), 0u) << r.transfer;
+  const json params = prefill_params(prompt);
+  ASSERT_TRUE(params.is_object());
+  prefill_->signal(SIGSTOP);
+  r = decode_with(params);
+  prefill_->signal(SIGCONT);
+  ASSERT_EQ(r.reply.status, 200) << r.reply.body;
+  EXPECT_EQ(r.transfer.rfind("fallback:", 0), 0u) << r.transfer;
+  EXPECT_NE(r.transfer.find("in time"), std::string::npos) << r.transfer;
+  EXPECT_EQ(text_of(r.reply), expected);
+  const json d = pd_stats(decode_port_);
+  EXPECT_EQ(d.value("imports_ok", 0), 1) << d.dump();
+  EXPECT_EQ(d.value("imports_fallback", 0), 1) << d.dump();
+  // Afterwards the pair works again (a fresh connection if the old one was given up).
+  r = decode_with(prefill_params(prompt));
+  EXPECT_EQ(r.transfer.rfind("pulled", 0), 0u) << r.transfer;
+  EXPECT_EQ(text_of(r.reply), expected);
   expect_idle();
 }
 

@@ -69,7 +69,9 @@ PullRequest request_for(const Instance& from, const Lease& lease, std::span<cons
   return r;
 }
 
-void pull_every_format(const Options& options) {
+// `rma`: a transport the gets must take (a substring of PullResult::rma_transports), and
+// `not_rma` one they must not: the shared-memory run fails if UCX falls back to tcp for them.
+void pull_every_format(const Options& options, const std::string& rma, const std::string& not_rma) {
   using kernels::KvDType;
   using kernels::KvLayoutKind;
   struct Case { KvDType dtype; KvLayoutKind kind; int64_t block_size; };
@@ -93,6 +95,8 @@ void pull_every_format(const Options& options) {
     ASSERT_TRUE(r.status.is_ok()) << r.status.message();
     EXPECT_EQ(r.bytes, 6 * layout.bytes_per_block());
     EXPECT_EQ(r.num_gets, 4 * 2 * layout.n_layer);  // runs {4,5,6}, {9}, {1}, {0}
+    EXPECT_NE(r.rma_transports.find(rma), std::string::npos) << r.rma_transports;
+    EXPECT_EQ(r.rma_transports.find(not_rma), std::string::npos) << r.rma_transports;
     for (size_t i = 0; i < 6; ++i) EXPECT_EQ(decode.block_bytes(local[i]), prefill.block_bytes(remote[i])) << i;
     EXPECT_EQ(prefill.leases.stats().confirmed, 1);
     EXPECT_EQ(prefill.leases.take_ended().size(), 1u);
@@ -100,8 +104,8 @@ void pull_every_format(const Options& options) {
   }
 }
 
-TEST(UcxAgent, PullsEveryKvFormatOverTcp) { pull_every_format(kTcp); }
-TEST(UcxAgent, PullsEveryKvFormatOverSharedMemory) { pull_every_format(kSm); }
+TEST(UcxAgent, PullsEveryKvFormatOverTcp) { pull_every_format(kTcp, "tcp/", "/memory"); }
+TEST(UcxAgent, PullsEveryKvFormatOverSharedMemory) { pull_every_format(kSm, "/memory", "tcp/"); }
 
 TEST(UcxAgent, ExpiredLeaseIsRefused) {
   const auto layout = layout_of(kernels::KvDType::kF16, kernels::KvLayoutKind::kND, 4);
