@@ -61,7 +61,7 @@ fuzz-seeds:
 # The threaded modules' tests under ThreadSanitizer (scripts/sanitize.sh; `make test` already runs
 # everything under ASan + UBSan).
 sanitize: deps
-	@JOBS=$(JOBS) bash scripts/sanitize.sh tsan
+	@JOBS=$(JOBS) bash scripts/sanitize.sh
 
 # bench/soak.sh for MINUTES minutes against a loopback server (SOAK_ARGS=--faults: tiers, Redis, faults).
 MINUTES ?= 2

@@ -1,9 +1,11 @@
 // `pagoda router` over two real `pagoda serve` workers, each a process on loopback: requests go
 // where their prefix is cached (the router follows each worker's KV events), greedy output is
-// the same as without the router, a dead worker's requests are retried on the other, and a
-// restarted worker's stale blocks are forgotten.
+// the same as without the router, a dead worker's requests are retried on the other, a worker
+// killed mid-stream ends its stream with an error event, and a restarted worker's stale blocks
+// are forgotten.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <fstream>
 
 #include "router_fixture.h"
@@ -123,6 +125,39 @@ TEST_F(RouterTest, ADeadWorkersRequestIsRetriedOnTheOther) {
   const json health = json::parse(get_text(port_, "/health"), nullptr, false);
   ASSERT_TRUE(health.is_object());
   EXPECT_EQ(health.value("workers_up", -1), 0);
+}
+
+// A real worker SIGKILLed while it streams through the router: the client's stream ends with
+// an error event and [DONE] (not a hang, not a silent cut), the router takes the worker out,
+// and the next request is served by the other worker.
+TEST_F(RouterTest, AWorkerKilledMidStreamEndsTheStreamWithAnErrorAndTheOtherServes) {
+  start();
+  const std::string p = story(6, 4);
+  warm(port_a_, p, 3);  // the router sends p's continuation to A
+  json body = completion(p + " Then", 360, true);
+  body["ignore_eos"] = true;  // 360 tokens: far longer than the moment between a chunk and the kill
+  bool killed = false;
+  const StreamReply r = post_stream(port_, "/v1/completions", body, [&](const std::string& so_far) {
+    if (!killed && so_far.find("data: {") != std::string::npos) {
+      a_->signal(SIGSTOP);  // frozen mid-stream, then gone
+      a_->kill_now();
+      killed = true;
+    }
+    return true;
+  });
+  ASSERT_TRUE(killed) << r.bytes;
+  EXPECT_EQ(r.status, 200);
+  const std::vector<std::string> events = sse_data(r.bytes);
+  ASSERT_GE(events.size(), 3u) << r.bytes;
+  const json error = json::parse(events[events.size() - 2], nullptr, false);
+  ASSERT_TRUE(error.is_object() && error.contains("error")) << events[events.size() - 2];
+  EXPECT_NE(error["error"].value("message", "").find("failed mid-stream"), std::string::npos) << error;
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_FALSE(worker_state(port_, port_a_).value("up", true));
+  const Reply next = post(port_, "/v1/completions", completion(p));
+  ASSERT_EQ(next.status, 200) << next.body;
+  EXPECT_EQ(routed(port_b_), 1);
+  EXPECT_TRUE(eventually([&] { return get_json(port_b_, "/v1/kv/stats")["pool"].value("in_use", -1) == 0; }));
 }
 
 TEST_F(RouterTest, ARestartedWorkersOldBlocksAreForgotten) {

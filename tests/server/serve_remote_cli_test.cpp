@@ -3,12 +3,14 @@
 // that only instance A has seen with cached_tokens >= 900 from the remote tier and A's greedy
 // output (one Redis server, and a 3-node Redis Cluster); Redis killed between requests, or
 // never there, fails no request: a counter moves, the output equals cold, and the tier comes
-// back once a health probe reaches the restarted server; `pagoda run` shares the pool too.
+// back once a health probe reaches the restarted server; `pagoda run` shares the pool too;
+// concurrent requests through the pool equal the instance that computed them.
 // /metrics passes promtool.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "eventually.h"
 #include "pagoda_process.h"
@@ -81,6 +83,56 @@ TEST(ServeRemote, SecondInstanceReusesAPrefixThroughARedisCluster) {
   auto cluster = RedisCluster::start();
   ASSERT_NE(cluster, nullptr);
   second_instance_reuses(cluster->url());
+}
+
+// Many prompts at once through the pool: instance A computes 12 prompts of 300+ tokens (three
+// of them sharing a prefix), then instance B, empty, serves all 12 from 4 concurrent clients
+// (the remote tier's gets of different requests interleave on its I/O thread). Every greedy
+// reply of B equals A's token for token and hits the pool; afterwards neither instance holds a
+// block in use or a running request.
+TEST(ServeRemote, ConcurrentRequestsThroughThePoolEqualTheInstanceThatComputedThem) {
+  auto redis = RedisServer::start();
+  ASSERT_NE(redis, nullptr);
+  constexpr int kPrompts = 12;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kPrompts; ++i) {
+    std::vector<int32_t> p = long_prompt(i < 3 ? 100 : 200 + i);
+    p.resize(i < 3 ? 400 + 16 * i : 300 + 7 * i);  // the first three share 400 tokens
+    prompts.push_back(std::move(p));
+  }
+  RemoteServe a("--kv-remote " + redis->url());
+  ASSERT_GT(a.port_, 0) << a.err();
+  std::vector<json> cold;
+  double whole_blocks = 0;
+  for (const auto& p : prompts) {
+    cold.push_back(a.complete(p, 12));
+    whole_blocks += static_cast<double>(p.size() / 16);
+  }
+  wait_written(a, whole_blocks - 25 - 26);  // prompts 1 and 2 repeat 25 and 26 blocks of the one before
+  RemoteServe b("--kv-remote " + redis->url() + " --max-num-seqs 4");
+  ASSERT_GT(b.port_, 0) << b.err();
+  std::vector<json> warm(kPrompts);
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&, t] {
+      for (int i = t; i < kPrompts; i += 4) warm[i] = b.complete(prompts[i], 12);
+    });
+  }
+  for (std::thread& c : clients) c.join();
+  for (int i = 0; i < kPrompts; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(warm[i].contains("choices")) << warm[i];
+    EXPECT_EQ(warm[i]["choices"][0]["text"], cold[i]["choices"][0]["text"]);
+    EXPECT_GE(cached(warm[i]), static_cast<int64_t>(prompts[i].size() / 16 * 16) - 16) << warm[i];
+  }
+  EXPECT_EQ(b.metric("pagoda_kv_tier_corrupt_records_total{tier=\"remote\"}"), 0);
+  for (RemoteServe* s : {&a, &b}) {
+    EXPECT_TRUE(eventually([&] {
+      return s->metric("pagoda_kv_blocks{state=\"in_use\"}") == 0 && s->metric("pagoda_requests_running") == 0;
+    })) << s->metrics();
+  }
+  EXPECT_EQ(a.terminate(), 0) << a.err();
+  EXPECT_EQ(b.terminate(), 0) << b.err();
 }
 
 TEST(ServeRemote, DeadRedisFailsNoRequestAndTheTierComesBack) {
