@@ -18,13 +18,14 @@ while [[ $# -gt 0 ]]; do
 done
 perftest() {  # $1 test, $2.. env; prints the final MB/s column of the client
   local test="$1"; shift
-  env "$@" ucx_perftest -t "$test" -s 1048576 -n 2000 -p "$PORT" -f >/dev/null 2>&1 &
+  # Bounded: a server whose client failed to connect would otherwise wait for good.
+  env "$@" timeout 60 ucx_perftest -t "$test" -s 1048576 -n 2000 -p "$PORT" -f >/dev/null 2>&1 &
   local server=$!
-  sleep 0.5
+  sleep 1
   local out
   # -f: the final line only; its columns are iterations, latency (typical, average, overall) in
   # usec, bandwidth (average, overall) in MB/s, message rate (average, overall).
-  out=$(env "$@" ucx_perftest 127.0.0.1 -t "$test" -s 1048576 -n 2000 -p "$PORT" -f 2>&1 | tail -1 | awk '{print $(NF-2)}')
+  out=$(env "$@" timeout 60 ucx_perftest 127.0.0.1 -t "$test" -s 1048576 -n 2000 -p "$PORT" -f 2>&1 | tail -1 | awk '{print $(NF-2)}')
   wait "$server" || true
   PORT=$((PORT + 1))
   echo "${out:-n/a}"

@@ -98,6 +98,12 @@ class PdTest : public ::testing::Test {
     return r.j.is_object() ? r.j.value("kv_transfer_params", json()) : json();
   }
 
+  // `prompt` (10 greedy tokens) sent to the decode worker with `params` from a prefill worker.
+  HeaderReply decode_with(const std::string& prompt, const json& params) {
+    json body = greedy(prompt, 10);
+    body["kv_transfer_params"] = params;
+    return post_with_header(decode_port_, body);
+  }
   void greedy_through_router_equals_colocated(const std::string& ucx_args, const std::string& transport);
 
   std::unique_ptr<PagodaProcess> prefill_, decode_, colocated_, router_;
@@ -167,17 +173,12 @@ TEST_F(PdTest, AFrozenPrefillWorkerTimesOutAndTheDecodeWorkerComputes) {
   start("--kv-lease 3", "--kv-transfer-timeout 2");
   const std::string prompt = story(6, 5);
   const std::string expected = text_of(post(colocated_port_, "/v1/completions", greedy(prompt, 10)));
-  auto decode_with = [&](const json& params) {
-    json body = greedy(prompt, 10);
-    body["kv_transfer_params"] = params;
-    return post_with_header(decode_port_, body);
-  };
-  HeaderReply r = decode_with(prefill_params(prompt));  // connects: the next pull's peer is ready
+  HeaderReply r = decode_with(prompt, prefill_params(prompt));  // connects: the next pull's peer is ready
   EXPECT_EQ(r.transfer.rfind("pulled", 0), 0u) << r.transfer;
   const json params = prefill_params(prompt);
   ASSERT_TRUE(params.is_object());
   prefill_->signal(SIGSTOP);
-  r = decode_with(params);
+  r = decode_with(prompt, params);
   prefill_->signal(SIGCONT);
   ASSERT_EQ(r.reply.status, 200) << r.reply.body;
   EXPECT_EQ(r.transfer.rfind("fallback:", 0), 0u) << r.transfer;
@@ -187,7 +188,7 @@ TEST_F(PdTest, AFrozenPrefillWorkerTimesOutAndTheDecodeWorkerComputes) {
   EXPECT_EQ(d.value("imports_ok", 0), 1) << d.dump();
   EXPECT_EQ(d.value("imports_fallback", 0), 1) << d.dump();
   // Afterwards the pair works again (a fresh connection if the old one was given up).
-  r = decode_with(prefill_params(prompt));
+  r = decode_with(prompt, prefill_params(prompt));
   EXPECT_EQ(r.transfer.rfind("pulled", 0), 0u) << r.transfer;
   EXPECT_EQ(text_of(r.reply), expected);
   expect_idle();
@@ -219,32 +220,27 @@ TEST_F(PdTest, RefusedAndFailedTransfersFallBack) {
   start();
   const std::string prompt = story(5, 5);
   const std::string expected = text_of(post(colocated_port_, "/v1/completions", greedy(prompt, 10)));
-  auto decode_with = [&](const json& params) {
-    json body = greedy(prompt, 10);
-    body["kv_transfer_params"] = params;
-    return post_with_header(decode_port_, body);
-  };
   // A stale reference (a generation the prefill side never lent) is refused after the read.
   json stale = prefill_params(prompt);
   ASSERT_TRUE(stale.is_object());
   stale["remote_block_generations"][0] = stale["remote_block_generations"][0].get<uint64_t>() + 7;
-  HeaderReply r = decode_with(stale);
+  HeaderReply r = decode_with(prompt, stale);
   ASSERT_EQ(r.reply.status, 200) << r.reply.body;
   EXPECT_EQ(r.transfer.rfind("fallback:", 0), 0u) << r.transfer;
   EXPECT_EQ(text_of(r.reply), expected);
   // A prefill worker that is gone: the connection fails, the decode worker computes.
   json gone = prefill_params(prompt);
   gone["remote_port"] = free_port();
-  r = decode_with(gone);
+  r = decode_with(prompt, gone);
   ASSERT_EQ(r.reply.status, 200) << r.reply.body;
   EXPECT_EQ(r.transfer.rfind("fallback:", 0), 0u) << r.transfer;
   EXPECT_EQ(text_of(r.reply), expected);
   // Malformed params are the client's error.
   json bad = gone;
   bad["remote_block_generations"] = json::array();
-  EXPECT_EQ(decode_with(bad).reply.status, 400);
+  EXPECT_EQ(decode_with(prompt, bad).reply.status, 400);
   // A good transfer still works afterwards, and releases its lease at once.
-  r = decode_with(prefill_params(prompt));
+  r = decode_with(prompt, prefill_params(prompt));
   EXPECT_EQ(r.transfer.rfind("pulled", 0), 0u) << r.transfer;
   EXPECT_EQ(text_of(r.reply), expected);
   const json d = pd_stats(decode_port_);
