@@ -1,6 +1,5 @@
 // Safetensors reading: a well-formed file maps and reads back, and a table of lying headers
-// each gives a clear error (never a crash; these also run under ASan/UBSan,
-// scripts/asan_parser_tests.sh).
+// each gives a clear error (never a crash; `make test` runs them under ASan/UBSan).
 #include "model/safetensors.h"
 
 #include <gtest/gtest.h>
