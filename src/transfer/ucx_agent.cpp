@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -22,16 +23,23 @@ Status ucx_error(const std::string& what, ucs_status_t s) {
                              " (check UCX_TLS / UCX_NET_DEVICES; see README, P/D disaggregation)");
 }
 
-// UCX_TLS as `config` holds it (its environment's, or as modified), e.g. "tcp,self" or "all".
-std::string configured_tls(const ucp_config_t* config) {
+// What `print` writes to a FILE (UCX's introspection prints only to streams); "" if none opens.
+std::string printed_by(const std::function<void(FILE*)>& print) {
   char* text = nullptr;
   size_t size = 0;
   FILE* out = open_memstream(&text, &size);
-  if (out == nullptr) return "all";
-  ucp_config_print(config, out, nullptr, UCS_CONFIG_PRINT_CONFIG);
+  if (out == nullptr) return "";
+  print(out);
   std::fclose(out);
-  const std::string printed(text, size);
+  std::string printed(text, size);
   std::free(text);
+  return printed;
+}
+
+// UCX_TLS as `config` holds it (its environment's, or as modified), e.g. "tcp,self" or "all".
+std::string configured_tls(const ucp_config_t* config) {
+  const std::string printed =
+      printed_by([&](FILE* out) { ucp_config_print(config, out, nullptr, UCS_CONFIG_PRINT_CONFIG); });
   const size_t at = printed.find("UCX_TLS=");
   if (at == std::string::npos) return "all";
   const size_t end = printed.find('\n', at);
@@ -59,14 +67,7 @@ std::string rma_transports(ucp_ep_h ep) {
   // ucp_ep_print_info names each lane ("lane[3]:  1:tcp/lo.0 md[1] -> ... rma_bw#0 wireup") and
   // lists the lanes gets use ("get[1]: 0..<bcopy>..(inf)"). The transports of those lanes, else
   // (no get lines) of the rma_bw lanes. Checked on UCX 1.13.
-  char* text = nullptr;
-  size_t size = 0;
-  FILE* out = open_memstream(&text, &size);
-  if (out == nullptr) return "";
-  ucp_ep_print_info(ep, out);
-  std::fclose(out);
-  const std::string info(text, size);
-  std::free(text);
+  const std::string info = printed_by([&](FILE* out) { ucp_ep_print_info(ep, out); });
   std::map<int, std::string> lane_tl;
   std::vector<int> get_lanes, bw_lanes;
   size_t begin = 0;
@@ -75,9 +76,8 @@ std::string rma_transports(ucp_ep_h ep) {
     if (end == std::string::npos) end = info.size();
     const std::string line = info.substr(begin, end - begin);
     begin = end + 1;
-    int lane = -1;
     if (const size_t at = line.find("lane["); at != std::string::npos) {
-      lane = std::atoi(line.c_str() + at + 5);
+      const int lane = std::atoi(line.c_str() + at + 5);
       // "N:tl/dev.I" is the first word with a '/' before "->".
       const size_t arrow = line.find("->"), slash = line.find('/');
       if (slash == std::string::npos || (arrow != std::string::npos && slash > arrow)) continue;
@@ -120,13 +120,14 @@ Status UcxAgentImpl::init() {
   ucp_config_t* ucp_config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &ucp_config);
   if (s != UCS_OK) return ucx_error("config", s);
+  auto modify = [&](const std::string& name, const std::string& value) {
+    s = ucp_config_modify(ucp_config, name.c_str(), value.c_str());
+    if (s != UCS_OK) ucp_config_release(ucp_config);
+    return s == UCS_OK ? Status::ok() : ucx_error("setting UCX_" + name + "=" + value, s);
+  };
   bool own_error_handling = false;
   for (const auto& [name, value] : config_.ucx_options) {
-    s = ucp_config_modify(ucp_config, name.c_str(), value.c_str());
-    if (s != UCS_OK) {
-      ucp_config_release(ucp_config);
-      return ucx_error("setting UCX_" + name + "=" + value, s);
-    }
+    PAGODA_RETURN_IF_ERROR(modify(name, value));
     own_error_handling |= name.find("ERROR_HANDLING") != std::string::npos;
   }
   // Every endpoint here asks for peer failure handling (a dead peer must fail a pull, not hang
@@ -138,11 +139,7 @@ Status UcxAgentImpl::init() {
   // and a peer's death is seen by UCX's keepalive on them. Only when the transports include
   // shared memory (else UCX warns that the setting is invalid), and not over the caller's own.
   if (!own_error_handling && may_use_shared_memory(configured_tls(ucp_config))) {
-    s = ucp_config_modify(ucp_config, "MM_ERROR_HANDLING", "y");
-    if (s != UCS_OK) {
-      ucp_config_release(ucp_config);
-      return ucx_error("setting MM_ERROR_HANDLING=y", s);
-    }
+    PAGODA_RETURN_IF_ERROR(modify("MM_ERROR_HANDLING", "y"));
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;

@@ -167,8 +167,9 @@ TEST_F(PdTest, GreedyOutputOverSharedMemoryEqualsColocated) {
 
 // A prefill worker that stops answering (SIGSTOP: alive, its sockets open, nothing progresses)
 // after it lent its blocks: the decode worker's pull runs into --kv-transfer-timeout, it computes
-// the prompt itself, the reply is the colocated one; the unconfirmed lease expires (--kv-lease)
-// once the prefill worker runs again.
+// the prompt itself, the reply is the colocated one. Its lease ends once the prefill worker runs
+// again: by the confirm the decode worker had queued before giving up (what happens here), or
+// else at --kv-lease expiry; either way the blocks are not in use after it.
 TEST_F(PdTest, AFrozenPrefillWorkerTimesOutAndTheDecodeWorkerComputes) {
   start("--kv-lease 3", "--kv-transfer-timeout 2");
   const std::string prompt = story(6, 5);
