@@ -72,7 +72,9 @@
 // is finished at once and the sequence is scheduled in the same step like any admission.
 // schedule() first polls the stack (never waits) and finishes every completed load
 // (BlockManager::finish_load: what did not load or confirm is recomputed). A probe a tier answers later (a remote tier) holds
-// admission for that sequence until a later step. A loading sequence that is removed is
+// admission for that sequence until a later step; its runs are then lined up with that step's
+// pool hit (blocks the pool gained meanwhile are skipped; if it lost some, the tiers are probed
+// again from the hit). A loading sequence that is removed is
 // detached: its blocks are freed once its gets have completed.
 #pragma once
 

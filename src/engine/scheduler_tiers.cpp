@@ -70,6 +70,17 @@ void Scheduler::poll_tiers() {
   }
 }
 
+// Drops the first n blocks of runs (consecutive from chain[0]); the rest start at chain[0].
+static void skip_front(std::vector<kvcache::TierRun>& runs, int64_t n) {
+  size_t kept = 0;
+  for (const kvcache::TierRun& r : runs) {
+    const int64_t begin = std::max<int64_t>(r.begin - n, 0);
+    const int64_t end = r.begin + r.count - n;
+    if (end > begin) runs[kept++] = {r.tier, begin, end - begin};
+  }
+  runs.resize(kept);
+}
+
 bool Scheduler::plan_load(SchedSequence& seq, const kvcache::PrefixMatch& hit, std::vector<kvcache::LoadItem>& items,
                           int64_t& n_load_tokens) {
   kvcache::TierStack& tiers = *options_.tiers;
@@ -95,9 +106,13 @@ bool Scheduler::plan_load(SchedSequence& seq, const kvcache::PrefixMatch& hit, s
   std::optional<std::vector<kvcache::TierRun>> runs = tiers.take_probe(seq.probe);
   if (!runs) return false;
   seq.probe = 0;
-  // A probe answered in a later step ran after the hit of its time; if the pool hit changed
-  // since, its runs no longer line up: recompute (rare: only slow tiers answer late).
-  if (seq.probe_from != hit.num_blocks()) return true;
+  // A probe answered in a later step (a remote tier) ran after the pool hit of its time, and the
+  // pool may have changed since. Grown (another sequence computed or loaded the same blocks):
+  // the runs start `grown` blocks before the hit and those are skipped. Shrunk (evicted): the
+  // runs leave a gap after the hit, so the tiers are probed again from the hit.
+  const int64_t grown = hit.num_blocks() - seq.probe_from;
+  if (grown < 0) return plan_load(seq, hit, items, n_load_tokens);
+  skip_front(*runs, grown);
   int64_t n_blocks = 0;
   for (const kvcache::TierRun& r : *runs) n_blocks += r.count;
   if (n_blocks == 0) return true;
