@@ -56,7 +56,12 @@ PdCoordinator::~PdCoordinator() {
   wake_.notify_all();
   if (reaper_.joinable()) reaper_.join();
   agent_.reset();  // no peer reads our blocks from here on
-  on_loop([&](kvcache::BlockManager&) { pins_.clear(); });
+  on_loop([&](kvcache::BlockManager& bm) {
+    for (auto& [id, lent] : pins_) {
+      if (lent.seq >= 0) bm.free_sequence(lent.seq);
+    }
+    pins_.clear();
+  });
 }
 
 void PdCoordinator::on_loop(const std::function<void(kvcache::BlockManager&)>& fn) {
@@ -70,34 +75,61 @@ kvcache::KvNamespace PdCoordinator::ns_for(const std::string& cache_salt) const 
 }
 
 transfer::KvTransferParams PdCoordinator::lend(std::span<const int32_t> prompt, const std::string& cache_salt,
-                                               const std::string& request_id) {
+                                               RequestId request) {
   const kvcache::KvNamespace ns = ns_for(cache_salt);
+  const int64_t block_size = serving_.engine().kv_layout().block_size;
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   transfer::Lease lease;
-  on_loop([&](kvcache::BlockManager& bm) {
-    kvcache::PrefixMatch match = bm.match_prefix(prompt, ns);
-    if (match.empty()) return;
-    lease = leases_->grant(match.blocks());
-    pins_.emplace(lease.id, std::move(match));
-  });
+  int64_t n_tokens = 0;
+  {
+    std::lock_guard<std::mutex> lock(loop_mutex_);
+    serving_.with_parked(request, [&](kvcache::BlockManager& bm, kvcache::SeqId kv) {
+      if (kv >= 0 && bm.num_computed(kv) >= n_prompt) {  // the whole prompt, its partial tail too
+        const int64_t n_blocks = (n_prompt + block_size - 1) / block_size;
+        lease = leases_->grant(std::span(bm.block_table(kv)).first(static_cast<size_t>(n_blocks)));
+        pins_.emplace(lease.id, Lent{kvcache::PrefixMatch(), kv});
+        n_tokens = n_prompt;
+        return;
+      }
+      if (kv >= 0) bm.free_sequence(kv);
+      kvcache::PrefixMatch match = bm.match_prefix(prompt, ns);  // its full blocks, if still cached
+      if (match.empty()) return;
+      lease = leases_->grant(match.blocks());
+      n_tokens = match.num_tokens();
+      pins_.emplace(lease.id, Lent{std::move(match), -1});
+    });
+  }
   transfer::KvTransferParams p;
   p.do_remote_prefill = true;
   p.remote_engine_id = config_.engine_id;
   p.remote_host = agent_->host();
   p.remote_port = agent_->port();
-  p.remote_request_id = request_id;
+  p.remote_request_id = std::to_string(request);
   p.remote_lease_id = lease.id;
-  p.remote_block_size = serving_.engine().kv_layout().block_size;
+  p.remote_block_size = block_size;
   for (const transfer::BlockRef& r : lease.blocks) {
     p.remote_block_ids.push_back(r.block);
     p.remote_block_generations.push_back(r.generation);
   }
-  p.remote_num_tokens = static_cast<int64_t>(lease.blocks.size()) * p.remote_block_size;
+  p.remote_num_tokens = n_tokens;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.lent_blocks += static_cast<int64_t>(lease.blocks.size());
   }
   wake_.notify_all();  // a new deadline
   return p;
+}
+
+void PdCoordinator::drop_parked(RequestId request) {
+  std::lock_guard<std::mutex> lock(loop_mutex_);
+  serving_.with_parked(request, [](kvcache::BlockManager& bm, kvcache::SeqId kv) {
+    if (kv >= 0) bm.free_sequence(kv);
+  });
+}
+
+void PdCoordinator::release(kvcache::SeqId imported) {
+  if (imported < 0) return;
+  on_loop([&](kvcache::BlockManager& bm) { bm.free_sequence(imported); });
 }
 
 ImportOutcome PdCoordinator::fall_back(std::string reason) {
@@ -111,17 +143,24 @@ ImportOutcome PdCoordinator::fall_back(std::string reason) {
 }
 
 ImportOutcome PdCoordinator::import(std::span<const int32_t> prompt, const std::string& cache_salt,
-                                    const transfer::KvTransferParams& params) {
+                                    const transfer::KvTransferParams& params, int64_t table_tokens) {
   const int64_t block_size = serving_.engine().kv_layout().block_size;
   const int64_t n_remote = static_cast<int64_t>(params.remote_block_ids.size());
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   if (params.remote_lease_id == 0 || n_remote == 0) return fall_back("the prefill worker lent no blocks");
   if (params.remote_block_size != block_size) {
     return fall_back("the prefill worker's block size " + std::to_string(params.remote_block_size) + " is not ours (" +
                      std::to_string(block_size) + ")");
   }
-  if (n_remote > (static_cast<int64_t>(prompt.size()) - 1) / block_size) {
-    return fall_back("the prefill worker lent more blocks than the prompt's full blocks");
+  if (params.remote_num_tokens > n_prompt ||
+      (params.remote_num_tokens + block_size - 1) / block_size != n_remote) {
+    return fall_back("the prefill worker lent blocks for " + std::to_string(params.remote_num_tokens) +
+                     " tokens of a " + std::to_string(n_prompt) + "-token prompt in " + std::to_string(n_remote) +
+                     " blocks");
   }
+  // The KV of every prompt token but the last (which this side computes for its logits).
+  const int64_t n_tokens = std::min(params.remote_num_tokens, n_prompt - 1);
+  const int64_t n_blocks = (n_tokens + block_size - 1) / block_size;  // <= n_remote
   const kvcache::KvNamespace ns = ns_for(cache_salt);
   kvcache::SeqId seq = -1;
   int64_t n_local = 0;
@@ -129,21 +168,20 @@ ImportOutcome PdCoordinator::import(std::span<const int32_t> prompt, const std::
   transfer::PullRequest pull;
   on_loop([&](kvcache::BlockManager& bm) {
     kvcache::PrefixMatch local = bm.match_prefix(prompt, ns);
-    n_local = std::min(local.num_blocks(), n_remote);
-    if (n_local == n_remote) return;  // all here already: only the lease to end
-    const int64_t n_tokens = n_remote * block_size;
+    n_local = std::min(local.num_blocks(), n_blocks);
+    if (local.num_tokens() >= n_tokens) return;  // all here already: only the lease to end
     if (n_tokens > static_cast<int64_t>(slots_.size()) || !bm.plan(local, n_tokens).fits()) {
       refused = "no free KV blocks for the transfer";
       return;
     }
-    seq = bm.add_sequence(n_tokens, {ns, 0, true});
-    bm.adopt(seq, std::move(local));  // n_local blocks: fewer than n_remote
+    seq = bm.add_sequence(std::max(table_tokens, n_tokens), {ns, 0, true});
+    bm.adopt(seq, std::move(local));  // n_local full blocks: fewer than n_blocks
     const int64_t n_new = n_tokens - bm.length(seq);
     copies_.clear();
     CHECK(bm.append(seq, prompt.subspan(bm.length(seq), n_new), std::span(slots_).first(n_new), copies_));
     CHECK(copies_.empty());  // fresh blocks
     const std::vector<int32_t>& table = bm.block_table(seq);
-    for (int64_t i = bm.num_computed(seq) / block_size; i < n_remote; ++i) {
+    for (int64_t i = n_local; i < n_blocks; ++i) {
       pull.blocks.push_back({{params.remote_block_ids[i], params.remote_block_generations[i]}, table[i]});
     }
   });
@@ -154,20 +192,19 @@ ImportOutcome PdCoordinator::import(std::span<const int32_t> prompt, const std::
   pull.timeout_s = config_.transfer_timeout_s;
   // Zero blocks still confirm: the prefill side drops its lease now rather than at expiry.
   const transfer::PullResult r = agent_->pull(pull);
-  if (seq >= 0) {
-    on_loop([&](kvcache::BlockManager& bm) {
-      if (r.status.is_ok()) bm.commit(seq);  // registered only now: nobody saw unconfirmed bytes
-      bm.free_sequence(seq);
-    });
-  }
+  if (seq >= 0 && !r.status.is_ok()) release(seq);
+  // Registered only now (nobody saw unconfirmed bytes); the partial last block stays the
+  // sequence's, which the request adopts.
+  if (seq >= 0 && r.status.is_ok()) on_loop([&](kvcache::BlockManager& bm) { bm.commit(seq); });
   if (!r.status.is_ok()) return fall_back(r.status.message());
   ImportOutcome out;
   out.imported = true;
+  out.sequence = seq;
   out.blocks_pulled = static_cast<int64_t>(pull.blocks.size());
   out.bytes = r.bytes;
   out.seconds = r.seconds;
   out.transports = r.rma_transports;
-  out.cached_tokens = n_remote * block_size;
+  out.cached_tokens = seq >= 0 ? n_tokens : n_local * block_size;
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.imports_ok;
   stats_.imported_blocks += out.blocks_pulled;
@@ -181,8 +218,13 @@ ImportOutcome PdCoordinator::import(std::span<const int32_t> prompt, const std::
 void PdCoordinator::reap() {
   const std::vector<uint64_t> ended = leases_->take_ended();
   if (ended.empty()) return;
-  on_loop([&](kvcache::BlockManager&) {
-    for (uint64_t id : ended) pins_.erase(id);  // unpinned: cached, evictable again
+  on_loop([&](kvcache::BlockManager& bm) {
+    for (uint64_t id : ended) {
+      auto it = pins_.find(id);
+      if (it == pins_.end()) continue;
+      if (it->second.seq >= 0) bm.free_sequence(it->second.seq);  // full blocks cached, the tail freed
+      pins_.erase(it);  // unpinned: cached, evictable again
+    }
   });
 }
 

@@ -1,27 +1,34 @@
 // PdCoordinator: prefill/decode disaggregation on one ServingEngine (`pagoda serve --role`).
 //
-// Prefill side (role prefill or both): after a prompt ran (the router asked for one token),
-// lend() pins the prompt's cached full blocks (a PrefixMatch, so they are never evicted and so
-// never rewritten) under a lease (transfer/lease_table.h) and answers the handshake record
-// (transfer/kv_transfer_params.h). The lease ends when the decode side confirms its read, or
-// expires after lease_s (the reaper thread then drops the pins: the blocks stay in the prefix
-// cache, evictable again).
+// Prefill side (role prefill or both): the router's prompt runs as a request with park_kv
+// (engine/serving.h): when it ends, its block-manager sequence is kept, every block of the
+// prompt's KV with the partly filled last one. lend() takes that sequence and leases its
+// blocks (transfer/lease_table.h; the sequence holds them, so they are never evicted and never
+// rewritten), answering the handshake record (transfer/kv_transfer_params.h; remote_num_tokens
+// = the prompt's length). Without a parked sequence (the request was not parked) it leases the
+// prompt's cached full blocks instead (pinned by a PrefixMatch). The lease ends when the decode
+// side confirms its read, or expires after lease_s (the reaper thread then frees the sequence:
+// its full blocks stay cached, evictable again, the tail is freed; or drops the pins).
 //
 // Decode side (role decode or both): import() runs before the request is submitted. It matches
-// the prompt in the local prefix cache, takes fresh blocks for the rest of the lent blocks (a
-// private sequence of the block manager, invisible to every other request: not committed),
-// pulls them over UCX straight into those blocks (transfer/ucx_agent.h, on the agent's thread),
-// and only after the prefill side confirmed the lease commits them to the prefix cache (then
-// frees the sequence: the blocks are cached). The request, submitted next, hits them: the
-// engine computes only the prompt's tail after its last full block (the last prompt token
-// always, block_size - 1 more at most). Any failure (malformed params, another model or
-// layout, no free blocks, a refused, failed or timed-out pull) frees the blocks uncommitted
-// and the request computes its prompt here: a fallback, never an error.
+// the prompt in the local prefix cache, takes fresh blocks for the rest of the KV of every
+// prompt token but the last (a private sequence of the block manager, invisible to every other
+// request: not committed), pulls the lent blocks over UCX straight into those blocks
+// (transfer/ucx_agent.h, on the agent's thread), and only after the prefill side confirmed the
+// lease commits them (the full blocks enter the prefix cache). The sequence is handed to the
+// request (ImportOutcome::sequence -> CompletionRequest::adopt_kv): admitted onto it, the
+// engine computes nothing but the last prompt token. Any failure (malformed params, another
+// model or layout, no free blocks, a refused, failed or timed-out pull) frees the blocks
+// uncommitted and the request computes its prompt here: a fallback, never an error.
+//
+// Ownership: a parked sequence is lend()'s or, if the reply is not sent, drop_parked()'s; an
+// imported sequence is the caller's until an accepted submit takes it (release() frees it
+// otherwise).
 //
 // Threads: lend/import block the calling HTTP thread (never the step thread): their block
 // manager work runs on the loop thread through ServingEngine::with_block_manager; bytes move on
 // the agent's progress thread. The reaper thread wakes at the next expiry or every 20 ms.
-// Destroy before the ServingEngine (the pins belong to its block manager).
+// Destroy before the ServingEngine (the lent sequences and pins belong to its block manager).
 #pragma once
 
 #include <condition_variable>
@@ -68,6 +75,7 @@ struct ImportOutcome {
   bool imported = false;               // false: fell back (reason says why)
   std::string reason;
   int64_t blocks_pulled = 0, bytes = 0, cached_tokens = 0;
+  kvcache::SeqId sequence = -1;        // imported: the KV to adopt (-1: all was cached here already)
   double seconds = 0;
   std::string transports;              // the UCX transports the gets took (PullResult::rma_transports)
 };
@@ -81,12 +89,18 @@ class PdCoordinator {
   PdRole role() const { return config_.role; }
   bool lends() const { return config_.role != PdRole::kDecode; }
   bool imports() const { return config_.role != PdRole::kPrefill; }
-  // Prefill side: lease the prompt's cached full blocks (none when nothing is cached).
+  // Prefill side, after request `request` (park_kv) ended: lease its parked KV (or the
+  // prompt's cached full blocks; none when nothing is cached).
   transfer::KvTransferParams lend(std::span<const int32_t> prompt, const std::string& cache_salt,
-                                  const std::string& request_id);
-  // Decode side: pull the lent blocks into the prefix cache, or say why not.
+                                  RequestId request);
+  // Prefill side: frees what request `request` parked (its reply is not sent: no lend).
+  void drop_parked(RequestId request);
+  // Decode side: pull the lent blocks, or say why not. table_tokens: the block table the
+  // request will need (prompt + max tokens).
   ImportOutcome import(std::span<const int32_t> prompt, const std::string& cache_salt,
-                       const transfer::KvTransferParams& params);
+                       const transfer::KvTransferParams& params, int64_t table_tokens);
+  // Decode side: frees an imported sequence no request took (submit refused it).
+  void release(kvcache::SeqId imported);
   PdStats stats() const;
   int transfer_port() const { return agent_->port(); }
 
@@ -106,8 +120,12 @@ class PdCoordinator {
   const Logger& logger_;
   std::unique_ptr<transfer::LeaseTable> leases_;
   std::unique_ptr<transfer::UcxAgent> agent_;
-  // Loop thread only (inside with_block_manager): the pins of live leases.
-  std::unordered_map<uint64_t, kvcache::PrefixMatch> pins_;
+  // Loop thread only (inside with_block_manager): what holds the blocks of each live lease.
+  struct Lent {
+    kvcache::PrefixMatch match;        // cached full blocks, or
+    kvcache::SeqId seq = -1;           // a parked sequence (freed when the lease is reaped)
+  };
+  std::unordered_map<uint64_t, Lent> pins_;
   std::vector<int64_t> slots_;          // append scratch
   std::vector<kvcache::BlockCopy> copies_;
   std::mutex loop_mutex_;

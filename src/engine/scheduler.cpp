@@ -42,6 +42,7 @@ Scheduler::~Scheduler() {
   for (const Detached& d : detached_) blocks_.free_sequence(d.kv);
   for (auto& [id, s] : seqs_) {
     if (s.probe != 0) options_.tiers->drop_probe(s.probe);
+    if (s.adopt >= 0) blocks_.free_sequence(s.adopt);
   }
 }
 
@@ -58,8 +59,10 @@ void Scheduler::erase_from(std::vector<SchedSequence*>& list, SchedSequence* seq
 }
 
 SchedSequence& Scheduler::add(const SeqKey& key, std::vector<int32_t> tokens, int64_t max_tokens, int32_t slots,
-                              const kvcache::KvNamespace& ns, const kvcache::KvSelectParams& select) {
+                              const kvcache::KvNamespace& ns, const kvcache::KvSelectParams& select,
+                              kvcache::SeqId adopt) {
   CHECK(!tokens.empty() && slots >= 1);
+  CHECK(adopt < 0 || blocks_.has_sequence(adopt));
   CHECK(!select.on() || slots == 1) << "selecting sequences are never forked";
   const SchedSeqId id = next_id_++;
   SchedSequence& s = seqs_[id];
@@ -71,6 +74,7 @@ SchedSequence& Scheduler::add(const SeqKey& key, std::vector<int32_t> tokens, in
   s.ns = ns;
   s.select = select;
   s.select_prompt = select.on() ? static_cast<int64_t>(s.tokens.size()) : 0;
+  s.adopt = adopt;
   insert_ordered(waiting_, &s);
   return s;
 }
@@ -95,7 +99,18 @@ void Scheduler::remove(SchedSeqId id) {
   } else {
     erase_from(waiting_, &s);
   }
+  if (s.adopt >= 0) blocks_.free_sequence(s.adopt);
   seqs_.erase(id);
+}
+
+kvcache::SeqId Scheduler::release_kv(SchedSeqId id) {
+  SchedSequence& s = get(id);
+  CHECK(s.running() && !s.loading());
+  const kvcache::SeqId kv = s.kv;
+  erase_from(running_, &s);
+  running_slots_ -= s.slots;
+  seqs_.erase(id);
+  return kv;
 }
 
 SchedSequence& Scheduler::fork(SchedSequence& parent, const SeqKey& key) {
@@ -161,7 +176,58 @@ int64_t Scheduler::kv_cap(const SchedSequence& seq) const {
   return options_.windows.kv_token_cap;
 }
 
+void Scheduler::enter_running(SchedSequence& seq) {
+  ++seq.num_admissions;
+  erase_from(waiting_, &seq);
+  insert_ordered(running_, &seq);
+  running_slots_ += seq.slots;
+  plan_.admitted.push_back(&seq);
+}
+
+void Scheduler::schedule_first(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks) {
+  const int64_t n_tokens = static_cast<int64_t>(seq.tokens.size());
+  const int64_t from = seq.fed = blocks_.length(seq.kv);
+  const int64_t n = max_rows(seq, from, std::min(n_tokens - from, token_budget));
+  reserved_blocks += blocks_needed(seq, n);
+  seq.fed = from + n;
+  token_budget -= n;
+  plan_.scheduled.push_back({&seq, from, n});
+  plan_.num_tokens += n;
+}
+
+Scheduler::Adoption Scheduler::admit_adopted(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks) {
+  const int64_t n_tokens = static_cast<int64_t>(seq.tokens.size());
+  const kvcache::SeqId kv = seq.adopt;
+  const int64_t have = blocks_.length(kv);
+  int64_t limit = blocks_.num_available_blocks() - reserved_blocks;
+  if (!running_.empty()) limit -= options_.watermark_blocks;
+  const bool usable = !uncached(seq) && have < n_tokens && blocks_.num_computed(kv) == have;
+  const bool fits = usable && blocks_.plan(kv, n_tokens - have).num_new_blocks <= limit;
+  if (!fits) {
+    if (usable && !running_.empty()) return Adoption::kWait;  // holding its KV, like a load
+    seq.adopt = -1;
+    blocks_.free_sequence(kv);  // its committed blocks stay cached: the ordinary way finds them
+    return Adoption::kDropped;
+  }
+  seq.adopt = -1;
+  seq.kv = kv;
+  if (options_.enable_prefix_caching) {
+    plan_.prefix_queried_tokens += n_tokens;
+    plan_.prefix_hit_tokens += have;
+  }
+  seq.admitted_cached = seq.admitted_pool = have;
+  seq.admitted_tier.fill(0);
+  seq.swap_in = seq.swapped = false;
+  enter_running(seq);
+  schedule_first(seq, token_budget, reserved_blocks);
+  return Adoption::kAdmitted;
+}
+
 bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks) {
+  if (seq.adopt >= 0) {
+    const Adoption a = admit_adopted(seq, token_budget, reserved_blocks);
+    if (a != Adoption::kDropped) return a == Adoption::kAdmitted;
+  }
   const int64_t n_tokens = static_cast<int64_t>(seq.tokens.size());
   const SchedulerOptions::Windows& w = options_.windows;
   const bool cached = !uncached(seq);
@@ -195,13 +261,9 @@ bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& re
   const int64_t computed = blocks_.length(seq.kv);
   seq.admitted_cached = seq.admitted_pool = computed;
   seq.admitted_tier.fill(0);
-  ++seq.num_admissions;
   seq.swap_in = seq.swapped && n_load > 0;
   seq.swapped = false;
-  erase_from(waiting_, &seq);
-  insert_ordered(running_, &seq);
-  running_slots_ += seq.slots;
-  plan_.admitted.push_back(&seq);
+  enter_running(seq);
   if (n_load > 0) {
     seq.fed = computed;
     start_load(seq, computed, items_scratch_, n_load);
@@ -214,13 +276,7 @@ bool Scheduler::try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& re
     finish_load(seq, *done);
     plan_.loaded.push_back(&seq);
   }
-  const int64_t from = seq.fed = blocks_.length(seq.kv);
-  const int64_t n = max_rows(seq, from, std::min(n_tokens - from, token_budget));
-  reserved_blocks += blocks_needed(seq, n);
-  seq.fed = from + n;
-  token_budget -= n;
-  plan_.scheduled.push_back({&seq, from, n});
-  plan_.num_tokens += n;
+  schedule_first(seq, token_budget, reserved_blocks);
   return true;
 }
 

@@ -13,6 +13,15 @@
 //
 // States: waiting --admit--> running --preempt--> waiting (KV freed; tokens kept: recompute)
 //         any --remove--> gone (finished or aborted; KV freed)
+//         running --release_kv--> gone (its block-manager sequence handed to the caller)
+// Adopted KV (add(..., adopt): P/D disaggregation's decode side, engine/pd_coordinator.h): a
+// block-manager sequence built outside (KV of the prompt's first length tokens, written and
+// committed; the last block may be partly filled) that the sequence owns while waiting. Its
+// first admission runs on it instead of a prefix match: only the rest of the prompt is fed.
+// If the rest does not fit while others run it waits, keeping that KV; if it does not fit even
+// alone, or the sequence is windowed or selecting, the adopted sequence is freed and admission
+// goes the ordinary way (its committed blocks stay cached). Preempted later, it recomputes like
+// any other (adoption is for the first admission only).
 // Preemption (SchedulerOptions::preemption, `--preemption`):
 //   recompute (the default): the victim's blocks are freed; its committed full blocks stay
 //     cached in the pool like any other (and go down to the tiers when the pool evicts them,
@@ -154,6 +163,7 @@ struct SchedSequence {
   std::vector<kvcache::TierRun> load_runs;  // where the loading blocks come from (chain from admitted_pool)
   bool swapped = false;          // waiting: preempted by swap (its blocks were put into tier 0)
   bool swap_in = false;          // running: its load brings back swapped blocks
+  kvcache::SeqId adopt = -1;     // waiting, never admitted: adopted KV (see the top; owned)
   bool running() const { return kv >= 0; }
   bool loading() const { return load != 0; }
 };
@@ -188,11 +198,17 @@ class Scheduler {
   ~Scheduler();  // frees the KV of every sequence
 
   // A new waiting sequence. Preconditions: tokens non-empty, slots >= 1; selecting (`select`
-  // on, normalized): slots 1, tokens = the prompt.
+  // on, normalized): slots 1, tokens = the prompt. adopt >= 0: a block-manager sequence of this
+  // manager holding the KV of tokens[0, length) (committed), which this sequence now owns (see
+  // the top).
   SchedSequence& add(const SeqKey& key, std::vector<int32_t> tokens, int64_t max_tokens, int32_t slots,
-                     const kvcache::KvNamespace& ns, const kvcache::KvSelectParams& select = {});
-  // Frees its KV (if running) and forgets it.
+                     const kvcache::KvNamespace& ns, const kvcache::KvSelectParams& select = {},
+                     kvcache::SeqId adopt = -1);
+  // Frees its KV (if running, or adopted and never admitted) and forgets it.
   void remove(SchedSeqId id);
+  // Forgets a running sequence that is not loading, handing its block-manager sequence (every
+  // block of its KV, the partly filled last one included) to the caller, who frees it.
+  kvcache::SeqId release_kv(SchedSeqId id);
   // A running sequence with the same tokens sharing every block of `parent` (copy-on-write),
   // taking one of parent's slots. Preconditions: parent running, fully computed, slots > 1.
   SchedSequence& fork(SchedSequence& parent, const SeqKey& key);
@@ -218,6 +234,13 @@ class Scheduler {
   // New blocks a step feeding n tokens of a running sequence takes (after StreamingLLM drops).
   int64_t blocks_needed(const SchedSequence& seq, int64_t n) const;
   bool try_admit(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks);
+  // Admission onto seq.adopt. kWait: the rest does not fit now, others run (it keeps its KV);
+  // kDropped: unusable, or too big even alone (adopt freed: admit the ordinary way).
+  enum class Adoption { kAdmitted, kWait, kDropped };
+  Adoption admit_adopted(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks);
+  void enter_running(SchedSequence& seq);
+  // The first chunk of a newly admitted sequence whose KV covers blocks_.length(seq.kv) tokens.
+  void schedule_first(SchedSequence& seq, int64_t& token_budget, int64_t& reserved_blocks);
   // Windowed or selecting: no prefix cache, no tiers, no fork.
   bool uncached(const SchedSequence& seq) const { return options_.windows.on || seq.select.on(); }
   // The most tokens one step may feed seq from tokens[begin] on (windows, selection).

@@ -94,6 +94,14 @@ struct CompletionRequest {
   // Attention-score KV selection (H2O/SnapKV, kvcache/kv_select.h) for this request; nullopt:
   // the engine's default (EngineConfig::kv_select, `--kv-select`); method off: none.
   std::optional<kvcache::KvSelectParams> kv_select;
+  // P/D disaggregation (engine/pd_coordinator.h). park_kv: when the request ends normally
+  // (n 1, not windowed or selecting) its block-manager sequence is kept, every block of its KV
+  // (the partly filled last one included), for with_parked(id) to take. adopt_kv >= 0: a
+  // block-manager sequence of this engine holding the committed KV of the prompt's first
+  // length tokens; an accepted submit hands it to the engine (the request admits onto it,
+  // computing only the rest; Scheduler::add), a refused one leaves it with the caller.
+  bool park_kv = false;
+  kvcache::SeqId adopt_kv = -1;
 };
 
 struct TokenLogprob {
@@ -241,6 +249,9 @@ class ServingEngine {
   // (engine/pd_coordinator.h). fn must not block; never call from an observer.
   // Engines without a block manager of their own (test fakes) abort.
   virtual void with_block_manager(const std::function<void(kvcache::BlockManager&)>& fn);
+  // The same, with the sequence request `id` parked (CompletionRequest::park_kv; -1 if none):
+  // from here on it is fn's, which frees it or keeps it (with the manager's other calls).
+  virtual void with_parked(RequestId id, const std::function<void(kvcache::BlockManager&, kvcache::SeqId)>& fn);
   // Pinning prompt prefixes (engine/pinning.h); null when this engine cannot.
   virtual CachePinner* pinner() { return nullptr; }
 };

@@ -18,6 +18,10 @@ void ServingEngine::with_block_manager(const std::function<void(kvcache::BlockMa
   CHECK(false) << "this ServingEngine has no block manager to lend";
 }
 
+void ServingEngine::with_parked(RequestId, const std::function<void(kvcache::BlockManager&, kvcache::SeqId)>&) {
+  CHECK(false) << "this ServingEngine has no block manager to lend";
+}
+
 namespace {
 
 SchedulerOptions scheduler_options(Engine& engine, const ServingConfig& c, const StepCostModel* step_cost) {
@@ -217,6 +221,18 @@ void ServingEngineImpl::abort(RequestId id) {
     aborts_.push_back(id);
   }
   wake_.notify_one();
+}
+
+void ServingEngineImpl::with_parked(RequestId id,
+                                    const std::function<void(kvcache::BlockManager&, kvcache::SeqId)>& fn) {
+  run_on_loop([&] {
+    kvcache::SeqId kv = -1;
+    if (auto it = parked_.find(id); it != parked_.end()) {
+      kv = it->second;
+      parked_.erase(it);
+    }
+    fn(engine_->block_manager(), kv);
+  });
 }
 
 void ServingEngineImpl::start() {

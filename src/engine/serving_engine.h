@@ -61,6 +61,7 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector, pub
   void with_block_manager(const std::function<void(kvcache::BlockManager&)>& fn) override {
     run_on_loop([&] { fn(engine_->block_manager()); });
   }
+  void with_parked(RequestId id, const std::function<void(kvcache::BlockManager&, kvcache::SeqId)>& fn) override;
   // KvIntrospector (serving_introspection.cpp), each run through run_on_loop.
   KvSnapshot snapshot(const SnapshotOptions& options) override;
   Result<RequestKv> request_kv(RequestId id) override;
@@ -145,6 +146,8 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector, pub
   RequestSnapshot request_snapshot(const Request& r, int64_t now);
   SequenceKv sequence_kv(const SchedSequence& seq);  // its block table with states and tiers
 
+  // CompletionRequest::park_kv: the kept sequences of ended requests (loop thread).
+  std::unordered_map<RequestId, kvcache::SeqId> parked_;
   std::unique_ptr<Engine> engine_;
   std::shared_ptr<const model::Tokenizer> tokenizer_;
   ServingConfig config_;          // clipped to the engine

@@ -66,6 +66,8 @@ void ServingEngineImpl::admit_new(Submitted& s) {
   if (select.on()) engine_->reserve_kv_select(select, config_.max_num_seqs);  // grows once per larger budget
   if (engine_->windowed() || select.on()) {
     // Windowed and selecting sequences are never forked: each choice prefills the prompt on its own.
+    if (r->req.adopt_kv >= 0) engine_->block_manager().free_sequence(r->req.adopt_kv);  // their KV is private
+    r->req.adopt_kv = -1;
     r->forked = true;
     for (int i = 0; i < r->req.n; ++i) {
       const SeqKey key{r->req.priority, static_cast<uint64_t>(r->id), i};
@@ -75,7 +77,9 @@ void ServingEngineImpl::admit_new(Submitted& s) {
     }
   } else {
     const SeqKey key{r->req.priority, static_cast<uint64_t>(r->id), 0};
-    SchedSequence& seq = scheduler_.add(key, r->req.prompt, r->usage.prompt_tokens + r->max_tokens, r->req.n, ns);
+    SchedSequence& seq =
+        scheduler_.add(key, r->req.prompt, r->usage.prompt_tokens + r->max_tokens, r->req.n, ns, {}, r->req.adopt_kv);
+    r->req.adopt_kv = -1;  // the scheduler's now
     r->choices[0].seq = seq.id;
     owners_[seq.id] = {r.get(), 0};
   }
@@ -141,7 +145,12 @@ void ServingEngineImpl::end_choice(Request& r, Choice& c, FinishReason reason) {
   if (!c.text->stopped()) c.text->finish(end.text);
   c.done = true;
   --r.num_open;
-  scheduler_.remove(c.seq);  // its blocks are free (or cached) from now on
+  const bool selecting = r.req.kv_select.has_value() && r.req.kv_select->on();
+  if (r.req.park_kv && r.req.n == 1 && !engine_->windowed() && !selecting && r.pin == nullptr) {
+    parked_[r.id] = scheduler_.release_kv(c.seq);  // with_parked takes it
+  } else {
+    scheduler_.remove(c.seq);  // its blocks are free (or cached) from now on
+  }
   owners_.erase(c.seq);
   c.seq = -1;
   ++(reason == FinishReason::kStop ? loop_metrics_.finished_stop : loop_metrics_.finished_length);

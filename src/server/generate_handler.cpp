@@ -94,6 +94,7 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
   for (size_t p = 0; p < requests->size(); ++p) {
     auto id = engine_.submit(std::move((*requests)[p]), stream->observer(static_cast<int>(p)));
     if (!id.is_ok()) {
+      if (p == 0 && pd.imported >= 0) config_.pd->release(pd.imported);  // refused: still ours
       abort_all(engine_, ids);
       const bool too_long = id.status().code() == StatusCode::kTooLarge;
       return reply_error(res, id.status(), too_long ? (chat ? "messages" : "prompt") : "");

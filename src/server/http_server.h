@@ -118,10 +118,11 @@ class HttpServer {
     std::vector<int32_t> prompt;
     std::string cache_salt;
     std::string transfer_note;              // decode side: what the import did (a header)
+    kvcache::SeqId imported = -1;           // decode side: the pulled KV, requests[0].adopt_kv
   };
   void pd_routes(httplib::Server& http);
   Status prepare_pd(const httplib::Request& req, const ApiRequest& api,
-                    const std::vector<engine::CompletionRequest>& requests, PdPlan& plan);
+                    std::vector<engine::CompletionRequest>& requests, PdPlan& plan);
   void lend_and_reply(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,
                       std::shared_ptr<RequestStream> stream, std::vector<engine::RequestId> ids, const PdPlan& plan);
   // /v1/kv/stats, /v1/kv/requests/{id}, /v1/kv/explain and /dashboard (server/kv_routes.cpp).

@@ -17,7 +17,7 @@ namespace pagoda::server {
 using nlohmann::json;
 
 Status HttpServer::prepare_pd(const httplib::Request& req, const ApiRequest& api,
-                              const std::vector<engine::CompletionRequest>& requests, PdPlan& plan) {
+                              std::vector<engine::CompletionRequest>& requests, PdPlan& plan) {
   PAGODA_ASSIGN_OR_RETURN(std::optional<transfer::KvTransferParams> params,
                           transfer::kv_transfer_params_from_body(req.body));
   if (!params) return Status::ok();
@@ -31,6 +31,7 @@ Status HttpServer::prepare_pd(const httplib::Request& req, const ApiRequest& api
       return Status::invalid_argument("kv_transfer_params.do_remote_decode needs one prompt, n 1 and no streaming");
     }
     plan.lend = true;
+    requests[0].park_kv = true;  // its KV, the partial last block too, stays for lend()
     plan.prompt = requests[0].prompt;
     plan.cache_salt = requests[0].cache_salt;
     return Status::ok();
@@ -41,10 +42,13 @@ Status HttpServer::prepare_pd(const httplib::Request& req, const ApiRequest& api
     plan.transfer_note = "fallback: this server pulls no KV (--role decode or both)";
     return Status::ok();
   }
-  const engine::ImportOutcome out = pd->import(requests[0].prompt, requests[0].cache_salt, *params);
+  engine::CompletionRequest& r = requests[0];
+  const int64_t table_tokens = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+  const engine::ImportOutcome out = pd->import(r.prompt, r.cache_salt, *params, table_tokens);
   plan.transfer_note = out.imported ? "pulled " + std::to_string(out.blocks_pulled) + " blocks, " +
                                           std::to_string(out.bytes) + " bytes over " + out.transports
                                     : "fallback: " + out.reason;
+  plan.imported = r.adopt_kv = out.sequence;  // the request computes only the last prompt token
   return Status::ok();
 }
 
@@ -59,15 +63,21 @@ void HttpServer::lend_and_reply(const httplib::Request& req, httplib::Response& 
     if (stream->finished()) break;
     if (!probe.alive()) {
       for (engine::RequestId id : ids) engine_.abort(id);
+      // It may have ended (and parked its KV) before the abort came: once it has finished
+      // either way, nothing parks any more and what did is freed.
+      while (!stream->finished()) stream->wait(config_.poll_interval_s);
+      config_.pd->drop_parked(ids[0]);
       res.status = 499;
       return;
     }
   }
   for (const ChoiceEvent& e : stream->take()) builder.add(e);
   const Status status = stream->status();
-  if (!status.is_ok()) return reply_error(res, status);
-  const transfer::KvTransferParams params =
-      config_.pd->lend(plan.prompt, plan.cache_salt, std::to_string(ids.empty() ? 0 : ids[0]));
+  if (!status.is_ok()) {
+    config_.pd->drop_parked(ids[0]);
+    return reply_error(res, status);
+  }
+  const transfer::KvTransferParams params = config_.pd->lend(plan.prompt, plan.cache_salt, ids[0]);
   json body = json::parse(builder.body(stream->usage()));
   body["kv_transfer_params"] = json::parse(transfer::kv_transfer_params_json(params));
   res.set_content(body.dump(), "application/json");

@@ -81,9 +81,9 @@ Result<KvTransferParams> from_json(const json& j) {
       return bad("remote_block_generations", "needs one generation per remote block id");
     }
     if (p.remote_host.empty() || p.remote_port == 0) return bad("remote_host", "the prefill worker's address is missing");
-    if (p.remote_block_size > 0 &&
-        p.remote_num_tokens != static_cast<int64_t>(p.remote_block_ids.size()) * p.remote_block_size) {
-      return bad("remote_num_tokens", "must be the blocks' tokens (blocks x block size)");
+    if (p.remote_block_size > 0 && (p.remote_num_tokens + p.remote_block_size - 1) / p.remote_block_size !=
+                                       static_cast<int64_t>(p.remote_block_ids.size())) {
+      return bad("remote_num_tokens", "must be the tokens the blocks hold (all but the last block full)");
     }
   }
   return p;

@@ -8,7 +8,7 @@
 //                       "remote_request_id", "remote_block_ids": [..], "tp_size": 1,
 //                       Pagoda: "remote_block_generations": [..] (one per block id),
 //                       "remote_lease_id", "remote_num_tokens" (prompt tokens the blocks hold:
-//                       whole blocks), "remote_block_size"}
+//                       every block full but the last), "remote_block_size"}
 //   router -> decode   the prefill's answer as it came
 // A decode worker that cannot use them (malformed, refused, failed, timed out) computes the
 // prompt itself; the prefill's lease then expires.

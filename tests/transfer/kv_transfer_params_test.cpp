@@ -22,6 +22,10 @@ TEST(KvTransferParams, RoundTripsThroughJson) {
   EXPECT_EQ(back->remote_block_generations, p.remote_block_generations);
   EXPECT_EQ(back->remote_lease_id, 99u);
   EXPECT_EQ(back->remote_port, 4242);
+  p.remote_num_tokens = 37;  // the last block partly filled (the prompt's tail)
+  back = parse_kv_transfer_params(kv_transfer_params_json(p));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->remote_num_tokens, 37);
 }
 
 TEST(KvTransferParams, ReadsVllmsPrefillRequest) {
@@ -45,6 +49,11 @@ TEST(KvTransferParams, RejectsMalformedFields) {
       R"({"kv_transfer_params":{"remote_port":70000}})",
       R"({"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":true}})",
       R"({"kv_transfer_params":[1]})",
+      // three blocks of 16 hold 33 to 48 tokens
+      R"({"kv_transfer_params":{"do_remote_prefill":true,"remote_host":"h","remote_port":1,"remote_block_ids":[1,2,3],)"
+      R"("remote_block_generations":[1,1,1],"remote_block_size":16,"remote_num_tokens":32}})",
+      R"({"kv_transfer_params":{"do_remote_prefill":true,"remote_host":"h","remote_port":1,"remote_block_ids":[1,2,3],)"
+      R"("remote_block_generations":[1,1,1],"remote_block_size":16,"remote_num_tokens":49}})",
   };
   for (const char* body : bad) EXPECT_FALSE(kv_transfer_params_from_body(body).is_ok()) << body;
 }
