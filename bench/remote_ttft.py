@@ -130,7 +130,15 @@ def main():
                     t, c = ttft(b_port, p)
                     hit.append(t)
                     cached.append(c)
+                # B publishes its /metrics at the end of a step; the last hit's loaded tokens
+                # can lag its read bytes (an atomic of the tier): wait until they are in.
+                hit_name = 'pagoda_kv_tier_hit_tokens_total{tier="remote"}'
+                want = m0.get(hit_name, 0) + sum(cached)
+                deadline = time.time() + 30
                 m1 = metrics(b_port)
+                while m1.get(hit_name, 0) < want and time.time() < deadline:
+                    time.sleep(0.05)
+                    m1 = metrics(b_port)
                 ma = metrics(a_port)
                 read = m1.get('pagoda_kv_tier_read_bytes_total{tier="remote"}', 0) - \
                     m0.get('pagoda_kv_tier_read_bytes_total{tier="remote"}', 0)
