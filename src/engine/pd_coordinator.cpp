@@ -57,11 +57,13 @@ PdCoordinator::~PdCoordinator() {
   if (reaper_.joinable()) reaper_.join();
   agent_.reset();  // no peer reads our blocks from here on
   on_loop([&](kvcache::BlockManager& bm) {
-    for (auto& [id, lent] : pins_) {
-      if (lent.seq >= 0) bm.free_sequence(lent.seq);
-    }
-    pins_.clear();
+    for (auto it = pins_.begin(); it != pins_.end();) it = end_lent(bm, it);
   });
+}
+
+PdCoordinator::LentMap::iterator PdCoordinator::end_lent(kvcache::BlockManager& bm, LentMap::iterator it) {
+  if (it->second.seq >= 0) bm.free_sequence(it->second.seq);  // full blocks stay cached, the tail is freed
+  return pins_.erase(it);  // a match unpins: cached, evictable again
 }
 
 void PdCoordinator::on_loop(const std::function<void(kvcache::BlockManager&)>& fn) {
@@ -192,10 +194,17 @@ ImportOutcome PdCoordinator::import(std::span<const int32_t> prompt, const std::
   pull.timeout_s = config_.transfer_timeout_s;
   // Zero blocks still confirm: the prefill side drops its lease now rather than at expiry.
   const transfer::PullResult r = agent_->pull(pull);
-  if (seq >= 0 && !r.status.is_ok()) release(seq);
-  // Registered only now (nobody saw unconfirmed bytes); the partial last block stays the
-  // sequence's, which the request adopts.
-  if (seq >= 0 && r.status.is_ok()) on_loop([&](kvcache::BlockManager& bm) { bm.commit(seq); });
+  if (seq >= 0) {
+    // Registered only now (nobody saw unconfirmed bytes); the partial last block stays the
+    // sequence's, which the request adopts.
+    on_loop([&](kvcache::BlockManager& bm) {
+      if (r.status.is_ok()) {
+        bm.commit(seq);
+      } else {
+        bm.free_sequence(seq);
+      }
+    });
+  }
   if (!r.status.is_ok()) return fall_back(r.status.message());
   ImportOutcome out;
   out.imported = true;
@@ -220,10 +229,7 @@ void PdCoordinator::reap() {
   if (ended.empty()) return;
   on_loop([&](kvcache::BlockManager& bm) {
     for (uint64_t id : ended) {
-      auto it = pins_.find(id);
-      if (it == pins_.end()) continue;
-      if (it->second.seq >= 0) bm.free_sequence(it->second.seq);  // full blocks cached, the tail freed
-      pins_.erase(it);  // unpinned: cached, evictable again
+      if (auto it = pins_.find(id); it != pins_.end()) end_lent(bm, it);
     }
   });
 }

@@ -125,7 +125,10 @@ class PdCoordinator {
     kvcache::PrefixMatch match;        // cached full blocks, or
     kvcache::SeqId seq = -1;           // a parked sequence (freed when the lease is reaped)
   };
-  std::unordered_map<uint64_t, Lent> pins_;
+  using LentMap = std::unordered_map<uint64_t, Lent>;
+  LentMap pins_;
+  // Ends one lease's hold on the loop thread: frees its parked sequence or drops its pins.
+  LentMap::iterator end_lent(kvcache::BlockManager& bm, LentMap::iterator it);
   std::vector<int64_t> slots_;          // append scratch
   std::vector<kvcache::BlockCopy> copies_;
   std::mutex loop_mutex_;
