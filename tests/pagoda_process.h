@@ -16,6 +16,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "proc_stop.h"
 #include "test_data.h"
 
 namespace pagoda::testing {
@@ -89,6 +90,8 @@ class PagodaProcess {
   void signal(int signal_number) {
     if (pid_ > 0 && !reaped_) kill(pid_, signal_number);
   }
+  // SIGSTOP, returning once every thread is stopped (tests/proc_stop.h); false after timeout_s.
+  bool stop(double timeout_s = 20) { return pid_ > 0 && !reaped_ && stop_process(pid_, timeout_s); }
 
  private:
   pid_t pid_ = -1;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/check.h"
 #include "kernels/attention_tiled.h"
@@ -56,20 +57,47 @@ inline int32_t block_at(const SeqSpan& seq, int64_t index) {
   return block;
 }
 
-// One tile: sequence s, kv head, query heads [h0, h0 + ng), batch rows [t0, t0 + nr).
+// One tile: sequence s, kv heads [kv_head, kv_head + n_kv), query heads [h0, h0 + ng) of the
+// first (the same ones of each next group), batch rows [t0, t0 + nr). Lane ln is row
+// t0 + ln / (n_kv * ng), kv head kv_head + (ln / ng) % n_kv, query head h(ln) below. Tiles of
+// several kv heads (n_kv > 1, whole groups: ng == group) read their rows in place.
 struct Tile {
-  int64_t s, kv_head, h0, ng, t0, nr;
+  int64_t s, kv_head, n_kv, h0, ng, t0, nr;
+  int64_t lanes() const { return nr * n_kv * ng; }
+  int64_t row(int64_t ln) const { return t0 + ln / (n_kv * ng); }
+  int64_t kv_of(int64_t ln) const { return (ln / ng) % n_kv; }  // relative to kv_head
+  int64_t head(int64_t ln, int64_t group) const { return h0 + kv_of(ln) * group + ln % ng; }
 };
-constexpr int64_t kItemFields = 6;
+constexpr int64_t kItemFields = 7;
 
 // Attended positions of one lane: [0, sink_end) and [window_begin, n_ctx).
 struct LaneMask {
   int32_t n_ctx, sink_end, window_begin;
 };
 
+// How a chunk's K/V rows are read: f32 rows through KvRowReader (decoded into scratch, or f32 ND
+// rows in place), or f32 / f16 / bf16 ND rows straight from their blocks, f16 and bf16 converted
+// in registers (exact: every f16 and bf16 value is an f32 value, so both ways give the same bits).
+struct RowsF32 {
+  static __m512 at(const void* row, int d) { return _mm512_loadu_ps(static_cast<const float*>(row) + 16 * d); }
+};
+struct RowsF32Nd : RowsF32 {};  // f32 ND rows straight from their blocks
+struct RowsF16 {
+  static __m512 at(const void* row, int d) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(row) + d));
+  }
+};
+struct RowsBF16 {
+  static __m512 at(const void* row, int d) {
+    const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(row) + d));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+  }
+};
+
 // The 16 scores of lane q against chunk rows k[0..16), NV vectors of 16 per row.
-template <int NV>
-inline __m512 chunk_scores(const float* const* k, const float* q) {
+// Row i is at k[i] + off bytes (off: the lane's kv head in a tile of several; 0 otherwise).
+template <int NV, typename Rows>
+inline __m512 chunk_scores(const void* const* k, int64_t off, const float* q) {
   __m512 acc[kChunk];
 #pragma GCC unroll 16
   for (int i = 0; i < kChunk; ++i) acc[i] = _mm512_setzero_ps();
@@ -77,25 +105,33 @@ inline __m512 chunk_scores(const float* const* k, const float* q) {
   for (int d = 0; d < NV; ++d) {
     const __m512 qv = _mm512_loadu_ps(q + 16 * d);
 #pragma GCC unroll 16
-    for (int i = 0; i < kChunk; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(k[i] + 16 * d), qv, acc[i]);
+    for (int i = 0; i < kChunk; ++i) acc[i] = _mm512_fmadd_ps(Rows::at(static_cast<const uint8_t*>(k[i]) + off, d), qv, acc[i]);
   }
   return reduce16(acc);
 }
 
 // o[0..16*NV) = o * alpha + sum_i p[i] * v[i].
-template <int NV>
-inline void chunk_accumulate(float* o, const float* p, const float* const* v) {
+template <int NV, typename Rows>
+inline void chunk_accumulate(float* o, const float* p, const void* const* v, int64_t off) {
   __m512 pb[kChunk];
 #pragma GCC unroll 16
   for (int i = 0; i < kChunk; ++i) pb[i] = _mm512_set1_ps(p[i]);
 #pragma GCC unroll 16
-  for (int d = 0; d < NV; ++d) {
-    __m512 acc = _mm512_load_ps(o + 16 * d);
+  for (int d = 0; d < NV; ++d) {  // two chains of 8 FMAs, not one of 16
+    __m512 acc = _mm512_load_ps(o + 16 * d), acc2 = _mm512_setzero_ps();
 #pragma GCC unroll 16
-    for (int i = 0; i < kChunk; ++i) acc = _mm512_fmadd_ps(pb[i], _mm512_loadu_ps(v[i] + 16 * d), acc);
-    _mm512_store_ps(o + 16 * d, acc);
+    for (int i = 0; i < kChunk; i += 2) {
+      acc = _mm512_fmadd_ps(pb[i], Rows::at(static_cast<const uint8_t*>(v[i]) + off, d), acc);
+      acc2 = _mm512_fmadd_ps(pb[i + 1], Rows::at(static_cast<const uint8_t*>(v[i + 1]) + off, d), acc2);
+    }
+    _mm512_store_ps(o + 16 * d, _mm512_add_ps(acc, acc2));
   }
 }
+
+// In place, rows are prefetched this many chunks ahead (all the tile's heads of a position at
+// once: one contiguous run). bench/kv_layout_bench --heads 12/12 --head-dim 64 --ctx 1900, f16,
+// 2 threads: 1 chunk 397-654 us a call over runs, 2 chunks 397-404, 3 chunks 403-407.
+constexpr int64_t kInPlacePrefetchChunks = 2;
 
 struct Ctx {
   const KvLayerView& layer;
@@ -107,14 +143,17 @@ struct Ctx {
 };
 
 // Runs positions [lo, hi) of a tile. Leaves per lane: running max m, sum l, unnormalized output o.
-template <int NV>
+// Rows = RowsF32: each K/V row through KvRowReader (decoded once into the chunk's scratch; one
+// kv head); RowsF32Nd / RowsF16 / RowsBF16: ND rows of that dtype read in place by every lane,
+// a chunk's rows of all the tile's kv heads being one contiguous run per position.
+template <int NV, typename Rows>
 void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float* area, float* m, float* l, float* o) {
   constexpr int64_t hd = 16 * NV;
   const KvLayerView& layer = c.layer;
   const int64_t B = layer.block_size, n_head = c.params.n_head;
   const SeqSpan& seq = c.seqs[tile.s];
   const int64_t seq_len = int64_t{c.positions[seq.token_begin + seq.n_tokens - 1]} + 1;
-  const int64_t lanes = tile.nr * tile.ng;
+  const int64_t lanes = tile.lanes();
   float* kbuf = area;                   // [kChunk, hd]
   float* vbuf = kbuf + kChunk * hd;     // [kChunk, hd]
   float* zero = vbuf + kChunk * hd;     // [hd]
@@ -129,7 +168,7 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
   const float* qrow[kTileLanes];
   int32_t max_ctx = 0, min_wb = INT32_MAX, max_sink = 0;
   for (int64_t ln = 0; ln < lanes; ++ln) {
-    const int64_t t = tile.t0 + ln / tile.ng, h = tile.h0 + ln % tile.ng;
+    const int64_t t = tile.row(ln), h = tile.head(ln, n_head / layer.n_kv_head);
     const int32_t n_ctx = c.positions[t] + 1;
     CHECK_LE(n_ctx, seq_len) << "rows of a sequence must be in position order";
     const AttendedRange a = attended_range(c.params, n_ctx - 1);
@@ -146,8 +185,24 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
   hi = std::min<int64_t>(hi, max_ctx);
   auto attended_any = [&](int64_t p) { return p < max_sink || p >= min_wb; };  // p < max_ctx assumed
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const float* kp[kChunk];
-  const float* vp[kChunk];
+  constexpr bool kInPlace = !std::is_same_v<Rows, RowsF32>;
+  CHECK(kInPlace || tile.n_kv == 1) << "only in-place tiles span kv heads";
+  const KvGeom kg(layer, true), vg(layer, false);
+  // In place, masked positions read zero rows of all the tile's heads: the (then unused) chunk
+  // buffer, kChunk * hd floats >= 16 heads' f32 rows.
+  if constexpr (kInPlace) {
+    CHECK_EQ(kg.code_bytes, vg.code_bytes);
+    CHECK_LE(tile.n_kv * kg.code_bytes, kChunk * hd * int64_t{sizeof(float)});
+    std::memset(kbuf, 0, tile.n_kv * kg.code_bytes);
+    zero = kbuf;
+  }
+  const int64_t run_bytes_k = tile.n_kv * kg.code_bytes, run_bytes_v = tile.n_kv * vg.code_bytes;
+  int64_t lane_off[kTileLanes];  // bytes from the first kv head's row to the lane's
+  for (int64_t ln = 0; ln < lanes; ++ln) lane_off[ln] = tile.kv_of(ln) * kg.code_bytes;
+  const uint8_t* k_blk = nullptr;
+  const uint8_t* v_blk = nullptr;
+  const void* kp[kChunk];
+  const void* vp[kChunk];
   int64_t k_block = -1, v_block = -1;
   for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
     const int64_t cend = std::min(c0 + kChunk, hi);
@@ -159,17 +214,34 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
         continue;
       }
       const int64_t j = p / B, r = p % B;
-      const int64_t ahead = p + kChunk;
+      const int64_t ahead = p + (kInPlace ? kInPlacePrefetchChunks : 1) * kChunk;
       if (ahead < hi && attended_any(ahead)) {
         const int32_t nb = seq.block_table[ahead / B];
-        k_rows.prefetch(nb, ahead % B);
-        v_rows.prefetch(nb, ahead % B);
+        if constexpr (kInPlace) {  // the readers' head is set by begin_block, which this path skips
+          const uint8_t* kr = kg.block(nb) + kg.row_offset(ahead % B, tile.kv_head);
+          const uint8_t* vr = vg.block(nb) + vg.row_offset(ahead % B, tile.kv_head);
+          for (int64_t off = 0; off < run_bytes_k; off += 64) prefetch_line(kr + off);
+          for (int64_t off = 0; off < run_bytes_v; off += 64) prefetch_line(vr + off);
+        } else {
+          k_rows.prefetch(nb, ahead % B);
+          v_rows.prefetch(nb, ahead % B);
+        }
       }
       if (j != k_block) {
         const int32_t b = block_at(seq, j);
-        k_rows.begin_block(b, j * B, seq_len, tile.kv_head);
-        v_rows.begin_block(b, j * B, seq_len, tile.kv_head);
+        if constexpr (kInPlace) {
+          k_blk = kg.block(b);
+          v_blk = vg.block(b);
+        } else {
+          k_rows.begin_block(b, j * B, seq_len, tile.kv_head);
+          v_rows.begin_block(b, j * B, seq_len, tile.kv_head);
+        }
         k_block = v_block = j;
+      }
+      if constexpr (kInPlace) {
+        kp[i] = k_blk + kg.row_offset(r, tile.kv_head);
+        vp[i] = v_blk + vg.row_offset(r, tile.kv_head);
+        continue;
       }
       const float* kr = k_rows.row(r);
       if (kr == row) kr = static_cast<const float*>(std::memcpy(kbuf + i * hd, row, hd * sizeof(float)));
@@ -189,7 +261,8 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
                  _mm512_cmpge_epi32_mask(pos, _mm512_set1_epi32(mk.window_begin));
       }
       if (valid == 0) continue;
-      const __m512 s = _mm512_mul_ps(chunk_scores<NV>(kp, qrow[ln]), _mm512_set1_ps(c.params.scale));
+      const int64_t off = kInPlace ? lane_off[ln] : 0;
+      const __m512 s = _mm512_mul_ps(chunk_scores<NV, Rows>(kp, off, qrow[ln]), _mm512_set1_ps(c.params.scale));
       const float cm = _mm512_mask_reduce_max_ps(valid, s);
       float* ol = o + ln * hd;
       if (cm > m[ln]) {
@@ -202,26 +275,54 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
       const __m512 pr = _mm512_maskz_mov_ps(valid, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m[ln]))));
       l[ln] += _mm512_reduce_add_ps(pr);
       _mm512_storeu_ps(probs, pr);
-      chunk_accumulate<NV>(ol, probs, vp);
+      chunk_accumulate<NV, Rows>(ol, probs, vp, off);
     }
   }
 }
 
 using PartFn = void (*)(const Ctx&, const Tile&, int64_t, int64_t, float*, float*, float*, float*);
+template <typename Rows>
 PartFn part_fn(int64_t hd) {
   switch (hd / 16) {
-    case 1: return run_tile_part<1>;
-    case 2: return run_tile_part<2>;
-    case 3: return run_tile_part<3>;
-    case 4: return run_tile_part<4>;
-    case 5: return run_tile_part<5>;
-    case 6: return run_tile_part<6>;
-    case 7: return run_tile_part<7>;
-    case 8: return run_tile_part<8>;
-    case 10: return run_tile_part<10>;
-    case 12: return run_tile_part<12>;
-    case 16: return run_tile_part<16>;
+    case 1: return run_tile_part<1, Rows>;
+    case 2: return run_tile_part<2, Rows>;
+    case 3: return run_tile_part<3, Rows>;
+    case 4: return run_tile_part<4, Rows>;
+    case 5: return run_tile_part<5, Rows>;
+    case 6: return run_tile_part<6, Rows>;
+    case 7: return run_tile_part<7, Rows>;
+    case 8: return run_tile_part<8, Rows>;
+    case 10: return run_tile_part<10, Rows>;
+    case 12: return run_tile_part<12, Rows>;
+    case 16: return run_tile_part<16, Rows>;
     default: return nullptr;
+  }
+}
+
+// Rows read in place: f32, f16 and bf16 ND (KvRowReader decodes every other format).
+bool rows_in_place(const KvLayerView& layer) {
+  return layer.layout == KvLayoutKind::kND &&
+         (layer.dtype == KvDType::kF32 || layer.dtype == KvDType::kF16 || layer.dtype == KvDType::kBF16);
+}
+
+// A sequence whose rows times group heads are at most this many lanes per kv head (a decode
+// row of MHA or of a GQA group of 2) gets tiles of several kv heads, reading rows in place: each
+// lane converts every f16 / bf16 row it reads, which costs less than a decoded copy when few
+// lanes share a row, and a chunk's rows of all heads are one contiguous stretch of the block.
+constexpr int64_t kInPlaceMaxLanes = 2;
+
+// The kernels of a layer: `many` for tiles of one kv head and more than kInPlaceMaxLanes lanes,
+// `few` for the others (both decode rows through KvRowReader unless rows_in_place).
+struct PartFns {
+  PartFn many, few;
+};
+PartFns part_fns(const KvLayerView& layer) {
+  const int64_t hd = layer.head_dim;
+  if (!rows_in_place(layer)) return {part_fn<RowsF32>(hd), part_fn<RowsF32>(hd)};
+  switch (layer.dtype) {
+    case KvDType::kF16: return {part_fn<RowsF32>(hd), part_fn<RowsF16>(hd)};
+    case KvDType::kBF16: return {part_fn<RowsF32>(hd), part_fn<RowsBF16>(hd)};
+    default: return {part_fn<RowsF32Nd>(hd), part_fn<RowsF32Nd>(hd)};
   }
 }
 
@@ -233,13 +334,15 @@ void paged_attention_tiled_avx512(const KvLayerView& layer, const float* q, cons
   const int64_t hd = layer.head_dim, n_kv_head = layer.n_kv_head, n_head = params.n_head;
   CHECK_EQ(n_head % n_kv_head, 0);
   const int64_t group = n_head / n_kv_head;
-  PartFn fn = part_fn(hd);
-  CHECK(fn != nullptr) << "tiled attention: head_dim " << hd << " has no kernel";
+  const PartFns fns = part_fns(layer);
+  CHECK(fns.many != nullptr && fns.few != nullptr) << "tiled attention: head_dim " << hd << " has no kernel";
   const Ctx ctx{layer, q, positions, seqs, params, kv_row_ops(Isa::kAvx512)};
 
-  // Tiles: per sequence, kv head, chunk of the group's heads, chunk of rows.
+  // Tiles: per sequence, kv head, chunk of the group's heads, chunk of rows; or, for sequences
+  // of few lanes per kv head with rows read in place, per sequence and run of kv heads.
   std::vector<int64_t>& items = scratch.tile_items();
   items.clear();
+  const bool in_place = rows_in_place(layer);
   const int64_t ng = std::min(group, kTileLanes), nr_max = std::max<int64_t>(1, kTileLanes / ng);
   int64_t longest = 1, work = 0;
   for (int64_t s = 0; s < n_seqs; ++s) {
@@ -248,11 +351,21 @@ void paged_attention_tiled_avx512(const KvLayerView& layer, const float* q, cons
     CHECK(s == 0 || seq.token_begin >= seqs[s - 1].token_begin + seqs[s - 1].n_tokens) << "sequences overlap";
     const int64_t len = int64_t{positions[seq.token_begin + seq.n_tokens - 1]} + 1;
     longest = std::max(longest, len);
+    const int64_t per_kv = group * seq.n_tokens;
+    if (in_place && per_kv <= kInPlaceMaxLanes) {
+      const int64_t kv_per_tile = kTileLanes / per_kv;
+      for (int64_t kv0 = 0; kv0 < n_kv_head; kv0 += kv_per_tile) {
+        const int64_t n_kv = std::min(kv_per_tile, n_kv_head - kv0);
+        items.insert(items.end(), {s, kv0, n_kv, kv0 * group, group, seq.token_begin, seq.n_tokens});
+        work += len * per_kv * n_kv;
+      }
+      continue;
+    }
     for (int64_t kvh = 0; kvh < n_kv_head; ++kvh) {
       for (int64_t h0 = kvh * group; h0 < (kvh + 1) * group; h0 += ng) {
         for (int64_t t0 = seq.token_begin; t0 < seq.token_begin + seq.n_tokens; t0 += nr_max) {
           const int64_t nr = std::min(nr_max, seq.token_begin + seq.n_tokens - t0);
-          items.insert(items.end(), {s, kvh, h0, std::min(ng, (kvh + 1) * group - h0), t0, nr});
+          items.insert(items.end(), {s, kvh, 1, h0, std::min(ng, (kvh + 1) * group - h0), t0, nr});
           work += len * nr * ng;
         }
       }
@@ -271,7 +384,7 @@ void paged_attention_tiled_avx512(const KvLayerView& layer, const float* q, cons
 
   auto tile_at = [&](int64_t i) {
     const int64_t* f = items.data() + i * kItemFields;
-    return Tile{f[0], f[1], f[2], f[3], f[4], f[5]};
+    return Tile{f[0], f[1], f[2], f[3], f[4], f[5], f[6]};
   };
   const int64_t work_per_item = 2 * hd * std::max<int64_t>(1, work / std::max<int64_t>(1, n_tiles * parts));
   pool.parallel_for(n_tiles * parts, [&](int64_t begin, int64_t end, int thread) {
@@ -282,11 +395,12 @@ void paged_attention_tiled_avx512(const KvLayerView& layer, const float* q, cons
     for (int64_t item = begin; item < end; ++item) {
       const Tile tile = tile_at(item / parts);
       const int64_t part = item % parts;
+      const int64_t lanes = tile.lanes();
+      const PartFn fn = tile.n_kv > 1 || lanes <= kInPlaceMaxLanes ? fns.few : fns.many;
       fn(ctx, tile, part * part_len, (part + 1) * part_len, area, m, l, o);
-      const int64_t lanes = tile.nr * tile.ng;
       if (parts == 1) {
         for (int64_t ln = 0; ln < lanes; ++ln) {
-          const int64_t t = tile.t0 + ln / tile.ng, h = tile.h0 + ln % tile.ng;
+          const int64_t t = tile.row(ln), h = tile.head(ln, group);
           const __m512 inv = _mm512_set1_ps(1.0f / l[ln]);
           float* dst = out + (t * n_head + h) * hd;
           for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_load_ps(o + ln * hd + d), inv));
@@ -306,7 +420,7 @@ void paged_attention_tiled_avx512(const KvLayerView& layer, const float* q, cons
     for (int64_t ti = begin; ti < end; ++ti) {
       const Tile tile = tile_at(ti);
       const float* base = partial.data() + ti * parts * part_stride;
-      for (int64_t ln = 0; ln < tile.nr * tile.ng; ++ln) {
+      for (int64_t ln = 0; ln < tile.lanes(); ++ln) {
         float big = -INFINITY;
         for (int64_t p = 0; p < parts; ++p) big = std::max(big, base[p * part_stride + kTileLanes * hd + ln]);
         float sum = 0.0f;
@@ -317,7 +431,7 @@ void paged_attention_tiled_avx512(const KvLayerView& layer, const float* q, cons
           w[p] = mp == -INFINITY ? 0.0f : std::exp(mp - big);
           sum += w[p] * base[p * part_stride + kTileLanes * (hd + 1) + ln];
         }
-        const int64_t t = tile.t0 + ln / tile.ng, h = tile.h0 + ln % tile.ng;
+        const int64_t t = tile.row(ln), h = tile.head(ln, group);
         float* dst = out + (t * n_head + h) * hd;
         for (int64_t d = 0; d < hd; d += 16) {
           __m512 acc = _mm512_setzero_ps();

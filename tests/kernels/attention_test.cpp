@@ -161,7 +161,10 @@ std::vector<float> run_fast(const Scenario& sc, const KvLayerView& layer, Isa is
   return got;
 }
 
-const std::tuple<int64_t, int64_t, int64_t> kHeadShapes[] = {{4, 4, 8}, {8, 2, 64}, {4, 1, 128}, {32, 2, 16}};
+// {4, 4, 32} and {4, 2, 48}: a decode row's tiles have 1 and 2 lanes, so the tiled kernel reads
+// f32/f16/bf16 ND rows in place there (and decodes NZ rows into scratch).
+const std::tuple<int64_t, int64_t, int64_t> kHeadShapes[] = {{4, 4, 8},  {8, 2, 64},  {4, 1, 128},
+                                                             {32, 2, 16}, {4, 4, 32}, {4, 2, 48}};
 
 TEST(PagedAttention, UnquantizedEqualsContiguousAttention) {
   Rng rng(11);

@@ -181,7 +181,7 @@ TEST_F(PdTest, AFrozenPrefillWorkerTimesOutAndTheDecodeWorkerComputes) {
   EXPECT_EQ(r.transfer.rfind("pulled", 0), 0u) << r.transfer;
   const json params = prefill_params(prompt);
   ASSERT_TRUE(params.is_object());
-  prefill_->signal(SIGSTOP);
+  ASSERT_TRUE(prefill_->stop());
   r = decode_with(prompt, params);
   prefill_->signal(SIGCONT);
   ASSERT_EQ(r.reply.status, 200) << r.reply.body;

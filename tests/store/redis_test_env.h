@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "proc_stop.h"
 #include "shell.h"
 
 namespace pagoda::testing {
@@ -93,7 +94,8 @@ class RedisServer {
     if (drain_.joinable()) drain_.join();
   }
   // SIGSTOP / SIGCONT: a server that still accepts (the kernel's backlog) but never answers.
-  void freeze() { ::kill(pid_, SIGSTOP); }
+  // freeze() returns once every thread is stopped (tests/proc_stop.h); false if it never was.
+  bool freeze() { return stop_process(pid_); }
   void thaw() { ::kill(pid_, SIGCONT); }
   // Same port, same arguments, empty data (no persistence). False if it did not come up.
   bool restart() {

@@ -242,7 +242,7 @@ TEST(RedisTier, AServerThatStopsAnsweringTimesOut) {
   ASSERT_NE(tier, nullptr);
   const auto chain = make_chain(layout, test_ns(), 2, 4);
   ASSERT_EQ(wait_op(*tier, tier->put(puts_of(chain))).num_ok, 2);
-  server->freeze();  // accepts, never answers
+  ASSERT_TRUE(server->freeze());  // accepts, never answers
   const auto hashes = hashes_of(chain);
   kvcache::TierCompletion looked = wait_op(*tier, tier->lookup(hashes));
   EXPECT_EQ(looked.num_ok, 0);
@@ -286,7 +286,7 @@ TEST(RedisTier, PutsBeyondTheInFlightBoundAreRefusedAtOnce) {
   auto tier = make_tier(c, &clock);
   ASSERT_NE(tier, nullptr);
   const auto chain = make_chain(layout, test_ns(), 2, 9);
-  server->freeze();  // the first put stays in flight until its timeout
+  ASSERT_TRUE(server->freeze());  // the first put stays in flight until its timeout
   const kvcache::TierOpId first = tier->put(puts_of(chain, 0, 1));
   const kvcache::TierOpId second = tier->put(puts_of(chain, 1, 1));
   kvcache::TierCompletion refused = wait_op(*tier, second);
