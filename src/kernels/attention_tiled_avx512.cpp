@@ -78,19 +78,54 @@ struct LaneMask {
 // How a chunk's K/V rows are read: f32 rows through KvRowReader (decoded into scratch, or f32 ND
 // rows in place), or f32 / f16 / bf16 ND rows straight from their blocks, f16 and bf16 converted
 // in registers (exact: every f16 and bf16 value is an f32 value, so both ways give the same bits).
+// Scaled formats (int8, fp8) read codes in place: at() is float(code), the row's f16 scale is
+// applied to the row's score and probability instead (scale * dot(code, q), p * scale * code:
+// the same values as the decoded rows up to float rounding).
 struct RowsF32 {
+  static constexpr bool kScaled = false;
   static __m512 at(const void* row, int d) { return _mm512_loadu_ps(static_cast<const float*>(row) + 16 * d); }
 };
 struct RowsF32Nd : RowsF32 {};  // f32 ND rows straight from their blocks
 struct RowsF16 {
+  static constexpr bool kScaled = false;
   static __m512 at(const void* row, int d) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(row) + d));
   }
 };
 struct RowsBF16 {
+  static constexpr bool kScaled = false;
   static __m512 at(const void* row, int d) {
     const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(row) + d));
     return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+  }
+};
+inline __m512i widen_u8(const void* row, int d) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(row) + d));
+}
+struct RowsInt8 {
+  static constexpr bool kScaled = true;
+  static __m512 at(const void* row, int d) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(row) + d)));
+  }
+};
+// fp8 as kernels/kv_quant_simd.inc decodes it: magnitude bits moved into an f32's exponent and
+// mantissa, times the power of 2 between the biases (exact for finite codes, subnormals too).
+struct RowsE4M3 {
+  static constexpr bool kScaled = true;
+  static __m512 at(const void* row, int d) {
+    const __m512i u = widen_u8(row, d);
+    const __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7f)), 20),
+                                         _mm512_slli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x80)), 24));
+    return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f));
+  }
+};
+struct RowsE5M2 {
+  static constexpr bool kScaled = true;
+  static __m512 at(const void* row, int d) {
+    const __m512i u = widen_u8(row, d);
+    const __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7f)), 21),
+                                         _mm512_slli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x80)), 24));
+    return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p112f));
   }
 };
 
@@ -197,6 +232,18 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
     zero = kbuf;
   }
   const int64_t run_bytes_k = tile.n_kv * kg.code_bytes, run_bytes_v = tile.n_kv * vg.code_bytes;
+  // Scaled formats: the f32 scales of the chunk's rows, [position i][kv head k of the tile]; a
+  // lane gathers its column. Masked positions (zero rows) get scale 0.
+  alignas(64) float k_scale[kChunk * 16];
+  alignas(64) float v_scale[kChunk * 16];
+  const __mmask16 head_mask = static_cast<__mmask16>((uint32_t{1} << tile.n_kv) - 1);
+  const __m512i scale_column = _mm512_mullo_epi32(iota, _mm512_set1_epi32(16));
+  auto load_scales = [&](int64_t i, const uint8_t* k_at, const uint8_t* v_at) {  // null: zeros
+    _mm512_store_ps(k_scale + 16 * i, k_at == nullptr ? _mm512_setzero_ps()
+                                                      : _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(head_mask, k_at)));
+    _mm512_store_ps(v_scale + 16 * i, v_at == nullptr ? _mm512_setzero_ps()
+                                                      : _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(head_mask, v_at)));
+  };
   int64_t lane_off[kTileLanes];  // bytes from the first kv head's row to the lane's
   for (int64_t ln = 0; ln < lanes; ++ln) lane_off[ln] = tile.kv_of(ln) * kg.code_bytes;
   const uint8_t* k_blk = nullptr;
@@ -211,6 +258,7 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
       const int64_t p = c0 + i;
       if (p >= cend || !attended_any(p)) {
         kp[i] = vp[i] = zero;
+        if constexpr (Rows::kScaled) load_scales(i, nullptr, nullptr);
         continue;
       }
       const int64_t j = p / B, r = p % B;
@@ -241,6 +289,9 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
       if constexpr (kInPlace) {
         kp[i] = k_blk + kg.row_offset(r, tile.kv_head);
         vp[i] = v_blk + vg.row_offset(r, tile.kv_head);
+        if constexpr (Rows::kScaled) {
+          load_scales(i, k_blk + kg.row_scale_offset(r, tile.kv_head), v_blk + vg.row_scale_offset(r, tile.kv_head));
+        }
         continue;
       }
       const float* kr = k_rows.row(r);
@@ -262,7 +313,11 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
       }
       if (valid == 0) continue;
       const int64_t off = kInPlace ? lane_off[ln] : 0;
-      const __m512 s = _mm512_mul_ps(chunk_scores<NV, Rows>(kp, off, qrow[ln]), _mm512_set1_ps(c.params.scale));
+      __m512 s = _mm512_mul_ps(chunk_scores<NV, Rows>(kp, off, qrow[ln]), _mm512_set1_ps(c.params.scale));
+      if constexpr (Rows::kScaled) {
+        const __m512i column = _mm512_add_epi32(scale_column, _mm512_set1_epi32(static_cast<int32_t>(tile.kv_of(ln))));
+        s = _mm512_mul_ps(s, _mm512_i32gather_ps(column, k_scale, 4));
+      }
       const float cm = _mm512_mask_reduce_max_ps(valid, s);
       float* ol = o + ln * hd;
       if (cm > m[ln]) {
@@ -274,7 +329,12 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
       }
       const __m512 pr = _mm512_maskz_mov_ps(valid, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m[ln]))));
       l[ln] += _mm512_reduce_add_ps(pr);
-      _mm512_storeu_ps(probs, pr);
+      if constexpr (Rows::kScaled) {
+        const __m512i column = _mm512_add_epi32(scale_column, _mm512_set1_epi32(static_cast<int32_t>(tile.kv_of(ln))));
+        _mm512_storeu_ps(probs, _mm512_mul_ps(pr, _mm512_i32gather_ps(column, v_scale, 4)));
+      } else {
+        _mm512_storeu_ps(probs, pr);
+      }
       chunk_accumulate<NV, Rows>(ol, probs, vp, off);
     }
   }
@@ -299,10 +359,10 @@ PartFn part_fn(int64_t hd) {
   }
 }
 
-// Rows read in place: f32, f16 and bf16 ND (KvRowReader decodes every other format).
+// Rows read in place: every ND format but int4 (whose K scales are per channel; KvRowReader
+// decodes int4 and NZ rows).
 bool rows_in_place(const KvLayerView& layer) {
-  return layer.layout == KvLayoutKind::kND &&
-         (layer.dtype == KvDType::kF32 || layer.dtype == KvDType::kF16 || layer.dtype == KvDType::kBF16);
+  return layer.layout == KvLayoutKind::kND && layer.dtype != KvDType::kInt4;
 }
 
 // A sequence whose rows times group heads are at most this many lanes per kv head (a decode
@@ -322,6 +382,9 @@ PartFns part_fns(const KvLayerView& layer) {
   switch (layer.dtype) {
     case KvDType::kF16: return {part_fn<RowsF32>(hd), part_fn<RowsF16>(hd)};
     case KvDType::kBF16: return {part_fn<RowsF32>(hd), part_fn<RowsBF16>(hd)};
+    case KvDType::kInt8: return {part_fn<RowsF32>(hd), part_fn<RowsInt8>(hd)};
+    case KvDType::kFp8E4M3: return {part_fn<RowsF32>(hd), part_fn<RowsE4M3>(hd)};
+    case KvDType::kFp8E5M2: return {part_fn<RowsF32>(hd), part_fn<RowsE5M2>(hd)};
     default: return {part_fn<RowsF32Nd>(hd), part_fn<RowsF32Nd>(hd)};
   }
 }
