@@ -9,11 +9,12 @@
 // a transpose-reduce of the 16 sums), masks them, and updates its running max / sum / output
 // (online softmax, flash-attention style, vectorized exp). Chunks no lane attends to are
 // skipped without reading their block-table entries.
-// Decode rows (at most 2 lanes per kv head: MHA, or GQA groups of 2) over f32 / f16 / bf16 ND
-// blocks get tiles of up to 16 kv heads instead, which read K/V rows in place (f16 / bf16
-// converted in registers, no scratch copy): a chunk's rows of all those heads are one contiguous
-// stretch of each block, streamed and prefetched as such (llama-110m f16 at depth 1,900: 42-46
-// -> 72-80 decode tokens/s, BENCHMARKS.md).
+// Decode rows (at most 2 lanes per kv head: MHA, or GQA groups of 2) over ND blocks of any
+// format but int4 get tiles of up to 16 kv heads instead, which read K/V rows in place (codes
+// converted in registers, no scratch copy; int8 / fp8 rows' scales applied to their scores and
+// probabilities): a chunk's rows of all those heads are one contiguous stretch of each block,
+// streamed and prefetched as such (llama-110m f16 at depth 1,900: 48 -> 85 decode tokens/s,
+// BENCHMARKS.md).
 // Split-K (flash-decoding): when there are fewer tiles than threads, each tile's positions are
 // split into parts that run on different threads, each part keeping (max, sum, unnormalized
 // output) per lane; a final merge rescales and adds the parts.

@@ -108,26 +108,22 @@ struct RowsInt8 {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(row) + d)));
   }
 };
-// fp8 as kernels/kv_quant_simd.inc decodes it: magnitude bits moved into an f32's exponent and
-// mantissa, times the power of 2 between the biases (exact for finite codes, subnormals too).
-struct RowsE4M3 {
+// fp8 as kernels/kv_quant_simd.inc decodes it: the 7 magnitude bits moved to bit kShift of an
+// f32 (its exponent and mantissa), the sign to bit 31, times 2^kExp (the biases' difference);
+// exact for finite codes, subnormals too. e4m3: <20, 120>; e5m2: <21, 112>.
+template <int kShift, int kExp>
+struct RowsFp8 {
   static constexpr bool kScaled = true;
   static __m512 at(const void* row, int d) {
     const __m512i u = widen_u8(row, d);
-    const __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7f)), 20),
+    const __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7f)), kShift),
                                          _mm512_slli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x80)), 24));
-    return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f));
+    const __m512 pow2 = _mm512_castsi512_ps(_mm512_set1_epi32((127 + kExp) << 23));
+    return _mm512_mul_ps(_mm512_castsi512_ps(bits), pow2);
   }
 };
-struct RowsE5M2 {
-  static constexpr bool kScaled = true;
-  static __m512 at(const void* row, int d) {
-    const __m512i u = widen_u8(row, d);
-    const __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7f)), 21),
-                                         _mm512_slli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x80)), 24));
-    return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p112f));
-  }
-};
+using RowsE4M3 = RowsFp8<20, 120>;
+using RowsE5M2 = RowsFp8<21, 112>;
 
 // The 16 scores of lane q against chunk rows k[0..16), NV vectors of 16 per row.
 // Row i is at k[i] + off bytes (off: the lane's kv head in a tile of several; 0 otherwise).
