@@ -9,7 +9,7 @@
 // a transpose-reduce of the 16 sums), masks them, and updates its running max / sum / output
 // (online softmax, flash-attention style, vectorized exp). Chunks no lane attends to are
 // skipped without reading their block-table entries.
-// Decode rows (at most 2 lanes per kv head: MHA, or GQA groups of 2) over ND blocks of any
+// Decode rows (at most 8 lanes per kv head: MHA, or GQA groups up to 8) over ND blocks of any
 // format but int4 get tiles of up to 16 kv heads instead, which read K/V rows in place (codes
 // converted in registers, no scratch copy; int8 / fp8 rows' scales applied to their scores and
 // probabilities): a chunk's rows of all those heads are one contiguous stretch of each block,

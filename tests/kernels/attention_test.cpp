@@ -161,8 +161,9 @@ std::vector<float> run_fast(const Scenario& sc, const KvLayerView& layer, Isa is
   return got;
 }
 
-// {4, 4, 32} and {4, 2, 48}: a decode row's tiles have 1 and 2 lanes, so the tiled kernel reads
-// f32/f16/bf16 ND rows in place there (and decodes NZ rows into scratch).
+// Decode rows of groups up to 8 ({4, 4, 32}: 1 lane a kv head, {4, 2, 48}: 2, {8, 2, 64} and
+// {4, 1, 128}: 4) read ND rows in place in the tiled kernel; {32, 2, 16} (16 lanes) and every NZ
+// layer decode rows into scratch.
 const std::tuple<int64_t, int64_t, int64_t> kHeadShapes[] = {{4, 4, 8},  {8, 2, 64},  {4, 1, 128},
                                                              {32, 2, 16}, {4, 4, 32}, {4, 2, 48}};
 
