@@ -49,9 +49,10 @@ template <typename T>
 std::vector<T> parse_list(const char* p) {
   std::vector<T> out;
   while (*p != '\0') {
-    out.push_back(static_cast<T>(std::strtol(p, const_cast<char**>(&p), 10)));
-    if (*p != ',') break;
-    ++p;
+    char* end = nullptr;
+    out.push_back(static_cast<T>(std::strtol(p, &end, 10)));
+    if (end == p || *end != ',') break;
+    p = end + 1;
   }
   return out;
 }

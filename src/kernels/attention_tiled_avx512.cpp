@@ -175,8 +175,9 @@ struct Ctx {
 
 // Runs positions [lo, hi) of a tile. Leaves per lane: running max m, sum l, unnormalized output o.
 // Rows = RowsF32: each K/V row through KvRowReader (decoded once into the chunk's scratch; one
-// kv head); RowsF32Nd / RowsF16 / RowsBF16: ND rows of that dtype read in place by every lane,
-// a chunk's rows of all the tile's kv heads being one contiguous run per position.
+// kv head); RowsF32Nd / RowsF16 / RowsBF16 / RowsInt8 / RowsFp8: ND rows of that dtype read in
+// place by every lane, a chunk's rows of all the tile's kv heads being one contiguous run per
+// position.
 template <int NV, typename Rows>
 void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float* area, float* m, float* l, float* o) {
   constexpr int64_t hd = 16 * NV;
@@ -262,10 +263,8 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
       if (ahead < hi && attended_any(ahead)) {
         const int32_t nb = seq.block_table[ahead / B];
         if constexpr (kInPlace) {  // the readers' head is set by begin_block, which this path skips
-          const uint8_t* kr = kg.block(nb) + kg.row_offset(ahead % B, tile.kv_head);
-          const uint8_t* vr = vg.block(nb) + vg.row_offset(ahead % B, tile.kv_head);
-          for (int64_t off = 0; off < run_bytes_k; off += 64) prefetch_line(kr + off);
-          for (int64_t off = 0; off < run_bytes_v; off += 64) prefetch_line(vr + off);
+          prefetch_bytes(kg.block(nb) + kg.row_offset(ahead % B, tile.kv_head), run_bytes_k);
+          prefetch_bytes(vg.block(nb) + vg.row_offset(ahead % B, tile.kv_head), run_bytes_v);
         } else {
           k_rows.prefetch(nb, ahead % B);
           v_rows.prefetch(nb, ahead % B);
@@ -310,10 +309,9 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
       if (valid == 0) continue;
       const int64_t off = kInPlace ? lane_off[ln] : 0;
       __m512 s = _mm512_mul_ps(chunk_scores<NV, Rows>(kp, off, qrow[ln]), _mm512_set1_ps(c.params.scale));
-      if constexpr (Rows::kScaled) {
-        const __m512i column = _mm512_add_epi32(scale_column, _mm512_set1_epi32(static_cast<int32_t>(tile.kv_of(ln))));
-        s = _mm512_mul_ps(s, _mm512_i32gather_ps(column, k_scale, 4));
-      }
+      // Scaled formats: the lane's kv head's column of the chunk's scales.
+      const __m512i column = _mm512_add_epi32(scale_column, _mm512_set1_epi32(static_cast<int32_t>(tile.kv_of(ln))));
+      if constexpr (Rows::kScaled) s = _mm512_mul_ps(s, _mm512_i32gather_ps(column, k_scale, 4));
       const float cm = _mm512_mask_reduce_max_ps(valid, s);
       float* ol = o + ln * hd;
       if (cm > m[ln]) {
@@ -325,12 +323,7 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
       }
       const __m512 pr = _mm512_maskz_mov_ps(valid, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m[ln]))));
       l[ln] += _mm512_reduce_add_ps(pr);
-      if constexpr (Rows::kScaled) {
-        const __m512i column = _mm512_add_epi32(scale_column, _mm512_set1_epi32(static_cast<int32_t>(tile.kv_of(ln))));
-        _mm512_storeu_ps(probs, _mm512_mul_ps(pr, _mm512_i32gather_ps(column, v_scale, 4)));
-      } else {
-        _mm512_storeu_ps(probs, pr);
-      }
+      _mm512_storeu_ps(probs, Rows::kScaled ? _mm512_mul_ps(pr, _mm512_i32gather_ps(column, v_scale, 4)) : pr);
       chunk_accumulate<NV, Rows>(ol, probs, vp, off);
     }
   }

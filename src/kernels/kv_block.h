@@ -60,6 +60,11 @@ inline void prefetch_line(const void* p) {
 #endif
 }
 
+// Every cache line of [p, p + bytes).
+inline void prefetch_bytes(const uint8_t* p, int64_t bytes) {
+  for (int64_t off = 0; off < bytes; off += 64) prefetch_line(p + off);
+}
+
 // Geometry of one layer's K or V blocks.
 struct KvGeom {
   KvDType dtype;
@@ -129,8 +134,7 @@ class KvRowReader {
       for_each_nz_run(h_ * g_.hd, g_.hd, [&](int64_t, int64_t c, int64_t) { prefetch_line(blk + nz_offset(g_.B, t, c) * esize); });
       return;
     }
-    const uint8_t* p = blk + g_.row_offset(t, h_);
-    for (int64_t off = 0; off < g_.code_bytes; off += 64) prefetch_line(p + off);
+    prefetch_bytes(blk + g_.row_offset(t, h_), g_.code_bytes);
   }
 
   // Row t (token within the block) of the selected head: [head_dim] f32, valid until the next call.

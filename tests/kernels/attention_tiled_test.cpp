@@ -71,6 +71,8 @@ TEST(TiledAttention, MatchesReferenceForEveryFormatShapeAndThreadCount) {
       {32, 1, 32, 16, 200, 3},   // a group of 32 heads: two tiles per row
       {4, 2, 80, 16, 90, 2},     // head_dim 80 (5 vectors)
       {2, 1, 256, 16, 130, 1},   // head_dim 256
+      {32, 4, 64, 16, 300, 1},   // decode, GQA 8 (tinyllama's heads): two in-place tiles of 2 kv heads
+      {20, 20, 32, 16, 100, 1},  // decode, MHA of 20 heads: in-place tiles of 16 and 4 kv heads
   };
   const KvDType dtypes[] = {KvDType::kF32,     KvDType::kF16,     KvDType::kBF16, KvDType::kFp8E4M3,
                             KvDType::kFp8E5M2, KvDType::kInt8,    KvDType::kInt4};
