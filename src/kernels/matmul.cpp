@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "kernels/matmul_amx.h"
+#include "kernels/matmul_int8.h"
 #include "kernels/matmul_isa.h"
 #include "kernels/quant.h"
 
@@ -270,7 +271,19 @@ Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max
       c_scratch_.resize(static_cast<size_t>(pool.num_threads()));
       for (auto& c : c_scratch_) c.resize(32 * 32 + 16);
     }
+    if (isa == Isa::kAvx512 && !amx_ && max_in % kQK == 0) {  // resize runs AVX-512 code: only here
+      int8_ = std::make_unique<detail::Int8Scratch>();
+      int8_->x.resize(max_tokens, max_in);
+      int8_->w.resize(static_cast<size_t>(pool.num_threads()));
+      for (auto& w : int8_->w) w.resize(max_in);
+    }
   }
+}
+
+Matmul::~Matmul() = default;
+
+bool Matmul::uses_int8(const WeightView& w) const {
+  return int8_ != nullptr && detail::int8_gemm_dtype(w.dtype) && !uses_amx(w);
 }
 
 void Matmul::run(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
@@ -391,9 +404,43 @@ void Matmul::run_prefill_amx(const WeightView& w, const float* x, int64_t n_toke
       detail::kAmxRowChunk);
 }
 
+void Matmul::run_prefill_int8(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  struct Job {
+    Matmul* self;
+    const WeightView* w;
+    const float* x;
+    int64_t n_tokens;
+    float* y;
+  } job{this, &w, x, n_tokens, y};
+  pool_.parallel_for(
+      n_tokens,
+      [&job](int64_t begin, int64_t end, int thread) {
+        detail::Int8Scratch& s = *job.self->int8_;
+        detail::int8_prepare_x(job.w->dtype, job.x, begin, end, job.w->n_in,
+                               detail::matmul_kernels(job.self->isa_).quantize_x, s.x,
+                               s.w[static_cast<size_t>(thread)]);
+      },
+      ThreadPool::grain_for(w.n_in, ThreadPool::kMinWorkPerThread));
+  detail::int8_pad_x(w.dtype, n_tokens, w.n_in, int8_->x);
+  pool_.parallel_for(
+      w.n_out,
+      [&job](int64_t begin, int64_t end, int thread) {
+        detail::Int8Scratch& s = *job.self->int8_;
+        for (int64_t o0 = begin; o0 < end; o0 += detail::kInt8RowChunk) {
+          detail::int8_gemm_rows(*job.w, o0, std::min(end, o0 + detail::kInt8RowChunk), s.x, job.n_tokens,
+                                 s.w[static_cast<size_t>(thread)], job.y, job.w->n_out);
+        }
+      },
+      detail::kInt8RowChunk);
+}
+
 void Matmul::run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   if (uses_amx(w)) {
     run_prefill_amx(w, x, n_tokens, y);
+    return;
+  }
+  if (uses_int8(w)) {
+    run_prefill_int8(w, x, n_tokens, y);
     return;
   }
   struct Job {

@@ -23,12 +23,17 @@
 //     tiles instead: the dequantized chunk and x split into bf16 hi + lo parts
 //     (kernels/matmul_amx.h: within about 2^-16 of sum |w||x| for F16/BF16 weights, 2^-15
 //     for quantized ones, inside the sgemm path's test tolerance of 1e-5).
-// Decode is compared against `matmul_decode_reference` (to float rounding), prefill against
-// `matmul_reference`, on every ISA, in tests/kernels/matmul_test.cpp.
+//     Quantized weights (Q8_0/Q4_0/Q4_K/Q5_K/Q6_K) on Isa::kAvx512 without AMX skip the f32
+//     dequantization: x is quantized as for decode and multiplied by the weights' own quants
+//     in the int8 GEMM (VNNI, kernels/matmul_int8.h), whose arithmetic is the decode path's.
+// Decode and the int8 prefill are compared against `matmul_decode_reference` (to float
+// rounding), the other prefill paths against `matmul_reference`, on every ISA, in
+// tests/kernels/matmul_test.cpp.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/buffer.h"
@@ -37,6 +42,10 @@
 #include "kernels/kquant.h"
 
 namespace pagoda::kernels {
+
+namespace detail {
+struct Int8Scratch;  // kernels/matmul_int8.h
+}
 
 struct WeightView {
   const void* data = nullptr;
@@ -69,6 +78,9 @@ class Matmul {
   // max_tokens: the most tokens in one call; max_in / max_out: the largest weight matrix.
   // `isa` must be one this CPU runs (isa <= detect_isa(), CHECKed).
   Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max_out, Isa isa = detect_isa());
+  ~Matmul();
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
   // Preconditions: 1 <= n_tokens <= max_tokens, w.n_in <= max_in, w.n_out <= max_out;
   // x and y do not overlap.
   void run(const WeightView& w, const float* x, int64_t n_tokens, float* y);
@@ -77,6 +89,9 @@ class Matmul {
   bool uses_amx(const WeightView& w) const {
     return amx_ && w.dtype != DType::kF32 && w.n_in % 32 == 0;
   }
+  // Whether prefill against these weights runs the int8 GEMM (kernels/matmul_int8.h): quantized
+  // weights on Isa::kAvx512 without AMX. Its arithmetic is matmul_decode_reference's.
+  bool uses_int8(const WeightView& w) const;
   static constexpr int64_t kBlasMinTokens = 8;  // fewer tokens: decode path
   static constexpr int64_t kDecodeGroupTokens = kBlasMinTokens - 1;  // tokens per kernel pass
   static constexpr int64_t kDecodeMaxTokens = 48;  // non-F32 weights: decode kernels up to here
@@ -96,6 +111,7 @@ class Matmul {
   void run_decode(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   void run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   void run_prefill_amx(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+  void run_prefill_int8(const WeightView& w, const float* x, int64_t n_tokens, float* y);
 
   ThreadPool& pool_;
   Isa isa_;
@@ -114,6 +130,7 @@ class Matmul {
   std::vector<uint16_t> x_hi_, x_lo_;          // [max_tokens rounded up to 32, max_in] bf16 split of x
   std::vector<std::vector<uint16_t>> w_packed_;  // per thread: hi, lo [2, kAmxRowChunk (64), max_in] packed tiles
   std::vector<std::vector<float>> c_scratch_;    // per thread: [32, 32] f32 (+16 to align)
+  std::unique_ptr<detail::Int8Scratch> int8_;    // int8 prefill (Isa::kAvx512, no AMX), else null
 };
 
 }  // namespace pagoda::kernels

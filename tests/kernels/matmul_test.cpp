@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <sstream>
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/matmul_int8.h"
 #include "kernels/quant.h"
 
 namespace pagoda::kernels {
@@ -122,14 +124,20 @@ std::vector<Case> make_cases(DType dtype, const std::vector<int64_t>& n_ins, con
 // (so scratch left by a larger call is exercised), one pool alive at a time. The row split
 // over threads is ISA-independent, so only the best ISA runs with 2 and 3 threads (3: more
 // than a 2-core test machine has, and an uneven split); the others run on 1 thread.
-double run_cases(DType dtype, const std::vector<Case>& cases) {
+// Which (ISA, weights) pairs a test runs: all, or only those whose prefill takes the int8
+// GEMM (`kInt8`), or all but those (`kNotInt8`).
+enum class Paths { kAll, kInt8, kNotInt8 };
+
+double run_cases(DType dtype, const std::vector<Case>& cases, Paths paths = Paths::kAll,
+                 int64_t max_tokens = kMaxTokens) {
   double worst = 0.0;
   for (Isa isa : supported_isas())
     for (int threads : {1, 2, 3}) {
       if (threads > 1 && isa != detect_isa()) continue;
       ThreadPool pool(threads);
-      Matmul matmul(pool, kMaxTokens, kMaxIn, kMaxOut, isa);
+      Matmul matmul(pool, max_tokens, kMaxIn, kMaxOut, isa);
       for (const Case& c : cases) {
+        if (paths != Paths::kAll && matmul.uses_int8(c.w.view) != (paths == Paths::kInt8)) continue;
         std::vector<float> y(c.want.size(), std::nanf(""));
         matmul.run(c.w.view, c.x.data(), c.n_tokens, y.data());
         std::ostringstream what;
@@ -183,7 +191,30 @@ TEST_P(MatmulByDType, PrefillMatchesReference) {
     if (!Matmul::uses_decode_kernels(dtype, t)) n_tokens.push_back(t);
   }
   ASSERT_FALSE(n_tokens.empty());
-  record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 96, 288, 4096}, n_tokens, matmul_reference, rng)));
+  record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 96, 288, 4096}, n_tokens, matmul_reference, rng),
+                         Paths::kNotInt8));
+}
+
+// The int8 prefill GEMM (quantized weights on AVX-512 VNNI without AMX) against the decode
+// reference, whose arithmetic it is: token counts with 1, 2 and 3 tiles of 32 and ragged
+// tails, row counts that are not multiples of the kernel's 4 or of a thread's chunk.
+TEST_P(MatmulByDType, Int8PrefillMatchesDecodeReference) {
+  const DType dtype = GetParam();
+  {
+    ThreadPool pool(1);
+    Matmul probe(pool, kMaxTokens, kMaxIn, kMaxOut);
+    const WeightView view{nullptr, dtype, 1, 256};
+    const bool float_weights = dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+    const bool want = detect_isa() == Isa::kAvx512 && !float_weights && !probe.uses_amx(view);
+    ASSERT_EQ(probe.uses_int8(view), want);
+    if (float_weights) return;  // never int8: checked above
+    if (!want) GTEST_SKIP() << "this CPU has no AVX-512 VNNI (or has AMX): no int8 prefill here";
+  }
+  Rng rng(250 + static_cast<int>(dtype));
+  const std::vector<int64_t> n_tokens = {Matmul::kDecodeMaxTokens + 1, 64, 97};
+  for (int64_t t : n_tokens) ASSERT_FALSE(Matmul::uses_decode_kernels(dtype, t));
+  record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 288, 4096}, n_tokens, matmul_decode_reference, rng),
+                         Paths::kInt8, 100));
 }
 
 // The decode reference itself: exact float dots for float weights; for quantized weights
@@ -202,6 +233,31 @@ TEST_P(MatmulByDType, DecodeReferenceApproximatesExactProduct) {
 
 INSTANTIATE_TEST_SUITE_P(AllDTypes, MatmulByDType, ::testing::ValuesIn(kDTypes),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+// The int8 path's Q8_K quantizer is quantize_row_q8_k's, byte for byte: random rows, an
+// all-zero block, ties of magnitude with opposite signs (the first one sets the scale's
+// sign), values exactly half-way between quants, and tiny and huge magnitudes.
+TEST(Matmul, Int8Q8KQuantizerIsTheScalarOne) {
+  if (detect_isa() != Isa::kAvx512) GTEST_SKIP() << "no AVX-512 here";
+  Rng rng(77);
+  constexpr int64_t kBlocks = 8, n = kBlocks * kQK_K;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = (trial % 4 == 3 ? 1e-30f : trial % 4 == 2 ? 1e20f : 1.0f) * rng.normal();
+    std::fill_n(x.begin() + kQK_K, kQK_K, 0.0f);  // block 1: all zero
+    x[2 * kQK_K + 5] = 7.0f;                        // block 2: -7 and 7 tie, -7 first
+    x[2 * kQK_K + 3] = -7.0f;
+    for (int i = 0; i < kQK_K; ++i) {               // block 3: max 127, the rest on .5 steps
+      x[3 * kQK_K + i] = i == 0 ? 127.0f : static_cast<float>(i % 50) - 24.5f;
+    }
+    std::vector<BlockQ8_K> want(kBlocks), got(kBlocks);
+    quantize_row_q8_k(x.data(), want.data(), n);
+    detail::int8_quantize_q8k(x.data(), got.data(), n);
+    for (int64_t b = 0; b < kBlocks; ++b) {
+      ASSERT_EQ(std::memcmp(&want[b], &got[b], sizeof(BlockQ8_K)), 0) << "trial " << trial << " block " << b;
+    }
+  }
+}
 
 TEST(Matmul, ReferenceKnownValues) {
   // W = [[1, 2, ..., 32], [-1, -1, ..., -1]], x = [[1, 1, ...], [0.5, 0, 0.5, 0, ...]]

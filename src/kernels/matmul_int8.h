@@ -1,0 +1,97 @@
+// Internal to the kernels: the int8 prefill GEMM (AVX-512 VNNI `vpdpbusd`) for quantized
+// weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), used by Matmul::run_prefill on Isa::kAvx512 when
+// the CPU has no usable AMX. Nothing is dequantized to f32: x is quantized exactly as the
+// decode path quantizes it (Q8_0 blocks for Q8_0/Q4_0 weights, Q8_K super-blocks for the
+// k-quants) and dotted in integers against the weights' own quants, so every output is
+// matmul_decode_reference's arithmetic (integer block dots, the same scale products) up to
+// the order of the float sums: tests/kernels/matmul_test.cpp (Int8PrefillMatchesDecodeReference)
+// holds it to 1e-5 of sum |w||x|, and DecodeReferenceApproximatesExactProduct bounds that
+// reference against the exact product (x's 8-bit rounding, within 1e-2 of the same sum).
+//
+// The dot product puts 16 tokens in the 16 int32 lanes of a register: for 4 consecutive
+// inputs k..k+3, lane l accumulates sum_k u[t_l, k] * c[o, k], with the 4 weight codes of row
+// o broadcast (signed bytes) and the tokens' quants as unsigned bytes u = q + 128. The +128
+// is taken out exactly by starting each block's sum at bias = -128 * sum_k c (per weight
+// row), so no horizontal sums are needed and every integer result equals the reference's.
+//
+// x panel (Int8X), tokens in groups of kLanes, padded with zero tokens (u = 128, d = 0) to
+// a multiple of 2 * kLanes:
+//   u  [groups, n_in / 4, kLanes, 4] u8    q + 128 of token kLanes*g + lane, inputs 4*k4 ..
+//   d  [groups, n_in / B, kLanes]    f32   Q8_0: block scale (B = 32); Q8_K: super-block scale (B = 256)
+//   xs [groups, n_in / 256, 4, kLanes] i32 Q4_K/Q5_K: sub-block sums of the quants, pairs
+//      (j = 2p low 16 bits, 2p + 1 high), for the mins term (vpdpwssd)
+// Weight rows (Int8W), unpacked per chunk of at most kInt8RowChunk rows (padded to 4 with
+// zero rows):
+//   c     [rows, n_in] s8        Q8_0 qs; Q4_0 q - 8; Q4_K/Q5_K q (0..15 / 0..31); Q6_K q - 32
+//   Q8_0/Q4_0 per block b:       scale [rows, n_in / 32] f32 = d; bias [rows, n_in / 32] i32
+//   k-quants per super-block s:  d, dmin [rows, n_in / 256] f32; sc [rows, n_in / 256, 16] i32
+//                                (8 used by Q4_K/Q5_K); mins [rows, n_in / 256, 4] i32 (i16
+//                                pairs m_2p, m_2p+1); bias [rows, n_in / 256] i32
+//                                = -128 * sum_j sc_j * sum_{k in j} c_k
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/matmul.h"
+
+namespace pagoda::kernels::detail {
+
+inline constexpr int64_t kLanes = 16;          // tokens per register
+inline constexpr int64_t kInt8TokenStep = 32;  // tokens per kernel tile (2 registers)
+inline constexpr int64_t kInt8RowChunk = 32;   // weight rows unpacked per step (a multiple of 4)
+
+inline int64_t int8_pad_tokens(int64_t n) { return (n + kInt8TokenStep - 1) / kInt8TokenStep * kInt8TokenStep; }
+
+// The dtypes the int8 GEMM takes.
+inline bool int8_gemm_dtype(DType dtype) {
+  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_K || dtype == DType::kQ5_K ||
+         dtype == DType::kQ6_K;
+}
+
+// The x panel, sized once for max_tokens x max_in.
+struct Int8X {
+  std::vector<uint8_t> u;   // 64-byte aligned view via u_data()
+  std::vector<float> d;
+  std::vector<float> ds;    // Q8_0 quantizer's d * sum (written, unused by the GEMM)
+  std::vector<int32_t> xs;
+  void resize(int64_t max_tokens, int64_t max_in);
+  uint8_t* u_data() { return u.data() + (64 - reinterpret_cast<uintptr_t>(u.data()) % 64) % 64; }
+};
+
+// One thread's unpacked weight rows, sized for kInt8RowChunk x max_in; plus the thread's
+// x-quantization scratch.
+struct Int8W {
+  std::vector<int8_t> c;
+  std::vector<float> scale, d, dmin;
+  std::vector<int32_t> bias, sc, mins;
+  std::vector<int8_t> x_qs;       // [max_in] one token's Q8_0 quants
+  std::vector<BlockQ8_K> x_q8k;   // [max_in / 256] one token's Q8_K blocks
+  void resize(int64_t max_in);
+};
+
+// What a Matmul holds for the int8 path: the x panel and one Int8W per pool thread.
+struct Int8Scratch {
+  Int8X x;
+  std::vector<Int8W> w;
+};
+
+// quantize_row_q8_k (kernels/kquant.h) in AVX-512, bit-identical to it for finite x.
+void int8_quantize_q8k(const float* x, BlockQ8_K* y, int64_t n);
+
+// Quantizes tokens [t_begin, t_end) of x [n_tokens, n_in] into the panel (for weights of
+// `dtype`), using `w`'s x scratch; quantize_x is the ISA's Q8_0 quantizer (bit-identical to
+// quantize_row(kQ8_0)).
+void int8_prepare_x(DType dtype, const float* x, int64_t t_begin, int64_t t_end, int64_t n_in,
+                    void (*quantize_x)(const float*, int64_t, int8_t*, float*, float*, int64_t), Int8X& panel,
+                    Int8W& w);
+// Zero tokens [n_tokens, int8_pad_tokens(n_tokens)) of the panel.
+void int8_pad_x(DType dtype, int64_t n_tokens, int64_t n_in, Int8X& panel);
+
+// y[t * ldy + o] for t < n_tokens, o in [o_begin, o_end) (o_end - o_begin <= kInt8RowChunk):
+// unpacks those rows into `w` and runs the kernel over every token tile.
+void int8_gemm_rows(const WeightView& wv, int64_t o_begin, int64_t o_end, Int8X& panel, int64_t n_tokens,
+                    Int8W& w, float* y, int64_t ldy);
+
+}  // namespace pagoda::kernels::detail

@@ -1,0 +1,458 @@
+// The int8 prefill GEMM on AVX-512 VNNI (layouts and arithmetic: kernels/matmul_int8.h).
+// GCC 12's own AVX-512 headers trip -Wmaybe-uninitialized (their _mm512_undefined_*) when inlined here.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "kernels/kquant.h"
+#include "kernels/matmul_int8.h"
+#include "kernels/quant.h"
+
+namespace pagoda::kernels::detail {
+
+void Int8X::resize(int64_t max_tokens, int64_t max_in) {
+  const int64_t pad = int8_pad_tokens(max_tokens);
+  u.resize(static_cast<size_t>(pad * max_in + 64));
+  d.resize(static_cast<size_t>(pad * (max_in / kQK)));
+  ds.resize(d.size());
+  xs.resize(static_cast<size_t>(pad * (max_in / kQK_K) * 4));
+}
+
+void Int8W::resize(int64_t max_in) {
+  const auto rows = static_cast<size_t>(kInt8RowChunk);
+  c.resize(rows * static_cast<size_t>(max_in));
+  scale.resize(rows * static_cast<size_t>(max_in / kQK));
+  bias.resize(scale.size());
+  const auto supers = rows * static_cast<size_t>(max_in / kQK_K);
+  d.resize(supers);
+  dmin.resize(supers);
+  sc.resize(supers * 16);
+  mins.resize(supers * 4);
+  x_qs.resize(static_cast<size_t>(max_in));
+  x_q8k.resize(static_cast<size_t>(max_in / kQK_K));
+}
+
+namespace {
+
+inline float half__mm512_cvtepi32_ps(uint16_t h) { return _cvtsh_ss(h); }
+inline int32_t load_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// ---- x panel ----
+
+// Token t's quants q (n_in bytes) into the panel as q + 128.
+void scatter_quants(const int8_t* q, int64_t t, int64_t n_in, uint8_t* u) {
+  const int64_t nk4 = n_in / 4, g = t / kLanes, lane = t % kLanes;
+  uint8_t* dst = u + (g * nk4 * kLanes + lane) * 4;
+  for (int64_t k4 = 0; k4 < nk4; ++k4) {
+    const uint32_t v = static_cast<uint32_t>(load_i32(q + 4 * k4)) ^ 0x80808080u;
+    std::memcpy(dst + k4 * kLanes * 4, &v, 4);
+  }
+}
+
+// ---- weight rows ----
+
+// Row r of the chunk from a Q8_0 / Q4_0 row.
+void unpack_block32(DType dtype, const uint8_t* row, int64_t n_in, int64_t r, Int8W& w) {
+  const int64_t nb = n_in / kQK;
+  int8_t* c = w.c.data() + r * n_in;
+  for (int64_t b = 0; b < nb; ++b) {
+    int8_t* cb = c + b * kQK;
+    uint16_t d16;
+    if (dtype == DType::kQ8_0) {
+      const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      d16 = blk.d;
+      std::memcpy(cb, blk.qs, kQK);
+    } else {
+      const auto& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
+      d16 = blk.d;
+      for (int j = 0; j < kQK / 2; ++j) {
+        cb[j] = static_cast<int8_t>((blk.qs[j] & 15) - 8);
+        cb[j + kQK / 2] = static_cast<int8_t>((blk.qs[j] >> 4) - 8);
+      }
+    }
+    int32_t sum = 0;
+    for (int j = 0; j < kQK; ++j) sum += cb[j];
+    w.scale[r * nb + b] = half__mm512_cvtepi32_ps(d16);
+    w.bias[r * nb + b] = -128 * sum;
+  }
+}
+
+// Sum of the 32 unsigned bytes of v (lanes 0-1 and 2-3 of the sad: bytes 0-15, 16-31).
+inline __m256i sad32(__m256i v) { return _mm256_sad_epu8(v, _mm256_setzero_si256()); }
+inline int32_t sum_lo16(__m256i sad) { return _mm256_extract_epi32(sad, 0) + _mm256_extract_epi32(sad, 2); }
+inline int32_t sum_hi16(__m256i sad) { return _mm256_extract_epi32(sad, 4) + _mm256_extract_epi32(sad, 6); }
+
+// Row r of the chunk from a Q4_K / Q5_K / Q6_K row (the value order of kernels/kquant.h).
+void unpack_kquant(DType dtype, const uint8_t* row, int64_t n_in, int64_t r, Int8W& w) {
+  const int64_t ns = n_in / kQK_K;
+  const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  for (int64_t s = 0; s < ns; ++s) {
+    int8_t* c = w.c.data() + r * n_in + s * kQK_K;
+    const int64_t si = r * ns + s;
+    int32_t* sc = w.sc.data() + si * 16;
+    int32_t bias = 0;
+    if (dtype == DType::kQ6_K) {
+      const auto& blk = reinterpret_cast<const BlockQ6_K*>(row)[s];
+      int32_t sums[16];  // of q (0..63) per 16-value sub-block
+      for (int h = 0; h < 2; ++h) {
+        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h + 32));
+        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
+        const auto high = [&](int shift) {
+          return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, shift), low2), 4);
+        };
+        const __m256i v[4] = {_mm256_or_si256(_mm256_and_si256(l0, low4), high(0)),
+                              _mm256_or_si256(_mm256_and_si256(l1, low4), high(2)),
+                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), high(4)),
+                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), high(6))};
+        for (int g = 0; g < 4; ++g) {  // values 128h + 32g .. +31: sub-blocks 8h + 2g, 8h + 2g + 1
+          const __m256i sad = sad32(v[g]);
+          sums[8 * h + 2 * g] = sum_lo16(sad);
+          sums[8 * h + 2 * g + 1] = sum_hi16(sad);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + 128 * h + 32 * g),
+                              _mm256_sub_epi8(v[g], _mm256_set1_epi8(32)));
+        }
+      }
+      for (int j = 0; j < 16; ++j) {
+        sc[j] = blk.scales[j];
+        bias += sc[j] * (sums[j] - 32 * 16);
+      }
+      w.d[si] = half__mm512_cvtepi32_ps(blk.d);
+      w.dmin[si] = 0.0f;
+    } else {
+      const uint8_t* qs;
+      const uint8_t* qh = nullptr;
+      const uint8_t* scales;
+      uint16_t d16, dmin16;
+      if (dtype == DType::kQ4_K) {
+        const auto& blk = reinterpret_cast<const BlockQ4_K*>(row)[s];
+        qs = blk.qs, scales = blk.scales, d16 = blk.d, dmin16 = blk.dmin;
+      } else {
+        const auto& blk = reinterpret_cast<const BlockQ5_K*>(row)[s];
+        qs = blk.qs, qh = blk.qh, scales = blk.scales, d16 = blk.d, dmin16 = blk.dmin;
+      }
+      const __m256i hb = qh != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh))
+                                       : _mm256_setzero_si256();
+      int32_t sums[8];
+      for (int ch = 0; ch < 4; ++ch) {  // values 64ch .. +31: sub-block 2ch (low nibbles), then 2ch + 1
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * ch));
+        const __m128i lo_shift = _mm_cvtsi32_si128(2 * ch), hi_shift = _mm_cvtsi32_si128(2 * ch + 1);
+        const __m256i hi1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hb, lo_shift), one), 4);
+        const __m256i hi2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hb, hi_shift), one), 4);
+        const __m256i v1 = _mm256_or_si256(_mm256_and_si256(q, low4), hi1);
+        const __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), hi2);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + 64 * ch), v1);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + 64 * ch + 32), v2);
+        const __m256i sad1 = sad32(v1), sad2 = sad32(v2);
+        sums[2 * ch] = sum_lo16(sad1) + sum_hi16(sad1);
+        sums[2 * ch + 1] = sum_lo16(sad2) + sum_hi16(sad2);
+      }
+      uint8_t sc8[8], m8[8];
+      unpack_kquant_scales(scales, sc8, m8);
+      for (int j = 0; j < 8; ++j) {
+        sc[j] = sc8[j];
+        bias += sc[j] * sums[j];
+      }
+      for (int j = 8; j < 16; ++j) sc[j] = 0;
+      for (int p = 0; p < 4; ++p) w.mins[si * 4 + p] = m8[2 * p] | (m8[2 * p + 1] << 16);
+      w.d[si] = half__mm512_cvtepi32_ps(d16);
+      w.dmin[si] = half__mm512_cvtepi32_ps(dmin16);
+    }
+    w.bias[si] = -128 * bias;
+  }
+}
+
+// Row r of the chunk as all zeros (padding to a multiple of 4 rows).
+void zero_row(DType dtype, int64_t n_in, int64_t r, Int8W& w) {
+  std::memset(w.c.data() + r * n_in, 0, static_cast<size_t>(n_in));
+  if (is_kquant(dtype)) {
+    const int64_t ns = n_in / kQK_K;
+    std::fill_n(w.d.data() + r * ns, ns, 0.0f);
+    std::fill_n(w.dmin.data() + r * ns, ns, 0.0f);
+    std::fill_n(w.bias.data() + r * ns, ns, 0);
+    std::fill_n(w.sc.data() + r * ns * 16, ns * 16, 0);
+    std::fill_n(w.mins.data() + r * ns * 4, ns * 4, 0);
+  } else {
+    const int64_t nb = n_in / kQK;
+    std::fill_n(w.scale.data() + r * nb, nb, 0.0f);
+    std::fill_n(w.bias.data() + r * nb, nb, 0);
+  }
+}
+
+// ---- kernels: 4 weight rows x 2 token registers over all of n_in ----
+
+constexpr int kR = 4;
+
+// out [kR, 2, kLanes]: the tile's results, row-major.
+inline void zero(__m512 acc[kR][2]) {
+#pragma GCC unroll 4
+  for (int r = 0; r < kR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+}
+inline void store(__m512 acc[kR][2], float* out) {
+#pragma GCC unroll 4
+  for (int r = 0; r < kR; ++r) {
+    _mm512_storeu_ps(out + (2 * r) * kLanes, acc[r][0]);
+    _mm512_storeu_ps(out + (2 * r + 1) * kLanes, acc[r][1]);
+  }
+}
+
+struct TileArgs {
+  const Int8W* w;
+  int64_t r0;        // first of the 4 rows in the chunk
+  int64_t n_in;
+  const uint8_t* u[2];   // the two token groups' panels
+  const float* d[2];
+  const int32_t* xs[2];
+};
+
+// Q8_0 / Q4_0: per 32-value block, y += float(bias + sum c u) * (d_w * d_x).
+void tile_block32(const TileArgs& a, float* out) {
+  __m512 acc[kR][2];
+  zero(acc);
+  const int64_t n_in = a.n_in, nb = n_in / kQK;
+  const int8_t* c = a.w->c.data() + a.r0 * n_in;
+  const int32_t* bias = a.w->bias.data() + a.r0 * nb;
+  const float* scale = a.w->scale.data() + a.r0 * nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i s[kR][2];
+    #pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) s[r][0] = s[r][1] = _mm512_set1_epi32(bias[r * nb + b]);
+    const uint8_t* u0 = a.u[0] + b * 8 * 64;
+    const uint8_t* u1 = a.u[1] + b * 8 * 64;
+    const int8_t* cb = c + b * kQK;
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m512i x0 = _mm512_load_si512(u0 + 64 * k);
+      const __m512i x1 = _mm512_load_si512(u1 + 64 * k);
+      #pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) {
+        const __m512i wv = _mm512_set1_epi32(load_i32(cb + r * n_in + 4 * k));
+        s[r][0] = _mm512_dpbusd_epi32(s[r][0], x0, wv);
+        s[r][1] = _mm512_dpbusd_epi32(s[r][1], x1, wv);
+      }
+    }
+    const __m512 d0 = _mm512_loadu_ps(a.d[0] + b * kLanes);
+    const __m512 d1 = _mm512_loadu_ps(a.d[1] + b * kLanes);
+    #pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) {
+      const __m512 sw = _mm512_set1_ps(scale[r * nb + b]);
+      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][0]), _mm512_mul_ps(sw, d0), acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][1]), _mm512_mul_ps(sw, d1), acc[r][1]);
+    }
+  }
+  store(acc, out);
+}
+
+// k-quants: per super-block, main = bias + sum_j sc_j * sum_{k in j} c u (sub-blocks of
+// kSub values), offset = sum_j m_j * xsum_j (Q4_K/Q5_K), y += float(main) * (d_x * d) -
+// float(offset) * (d_x * dmin).
+template <int kSub, bool kMins>
+void tile_kquant(const TileArgs& a, float* out) {
+  __m512 acc[kR][2];
+  zero(acc);
+  constexpr int kSubs = kQK_K / kSub, kSteps = kSub / 4;
+  const int64_t n_in = a.n_in, ns = n_in / kQK_K;
+  const int8_t* c = a.w->c.data() + a.r0 * n_in;
+  const int64_t si0 = a.r0 * ns;
+  for (int64_t s = 0; s < ns; ++s) {
+    __m512i main[kR][2];
+    #pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) main[r][0] = main[r][1] = _mm512_set1_epi32(a.w->bias[si0 + r * ns + s]);
+    const uint8_t* u0 = a.u[0] + s * (kQK_K / 4) * 64;
+    const uint8_t* u1 = a.u[1] + s * (kQK_K / 4) * 64;
+    const int8_t* cs = c + s * kQK_K;
+    for (int j = 0; j < kSubs; ++j) {
+      __m512i sub[kR][2];
+      #pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) sub[r][0] = sub[r][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int k = 0; k < kSteps; ++k) {
+        const int64_t k4 = j * kSteps + k;
+        const __m512i x0 = _mm512_load_si512(u0 + 64 * k4);
+        const __m512i x1 = _mm512_load_si512(u1 + 64 * k4);
+        #pragma GCC unroll 4
+        for (int r = 0; r < kR; ++r) {
+          const __m512i wv = _mm512_set1_epi32(load_i32(cs + r * n_in + 4 * k4));
+          sub[r][0] = _mm512_dpbusd_epi32(sub[r][0], x0, wv);
+          sub[r][1] = _mm512_dpbusd_epi32(sub[r][1], x1, wv);
+        }
+      }
+      #pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) {
+        const __m512i scj = _mm512_set1_epi32(a.w->sc[(si0 + r * ns + s) * 16 + j]);
+        main[r][0] = _mm512_add_epi32(main[r][0], _mm512_mullo_epi32(sub[r][0], scj));
+        main[r][1] = _mm512_add_epi32(main[r][1], _mm512_mullo_epi32(sub[r][1], scj));
+      }
+    }
+    #pragma GCC unroll 2
+    for (int g = 0; g < 2; ++g) {
+      const __m512 dx = _mm512_loadu_ps(a.d[g] + s * kLanes);
+      #pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) {
+        const int64_t si = si0 + r * ns + s;
+        const __m512 dd = _mm512_mul_ps(dx, _mm512_set1_ps(a.w->d[si]));
+        acc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(main[r][g]), dd, acc[r][g]);
+        if constexpr (kMins) {
+          __m512i off = _mm512_setzero_si512();
+          #pragma GCC unroll 4
+          for (int p = 0; p < 4; ++p) {
+            off = _mm512_dpwssd_epi32(off, _mm512_loadu_si512(a.xs[g] + (s * 4 + p) * kLanes),
+                                      _mm512_set1_epi32(a.w->mins[si * 4 + p]));
+          }
+          const __m512 dm = _mm512_mul_ps(dx, _mm512_set1_ps(a.w->dmin[si]));
+          acc[r][g] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(off), dm, acc[r][g]);
+        }
+      }
+    }
+  }
+  store(acc, out);
+}
+
+using TileFn = void (*)(const TileArgs&, float* out);
+
+TileFn tile_fn(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      return tile_block32;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      return tile_kquant<32, true>;
+    case DType::kQ6_K:
+      return tile_kquant<16, false>;
+    default:
+      CHECK(false) << "int8 GEMM: " << dtype_name(dtype);
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+void int8_quantize_q8k(const float* x, BlockQ8_K* y, int64_t n) {
+  CHECK_EQ(n % kQK_K, 0);
+  constexpr int kVecs = kQK_K / 16;
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const float* xb = x + b * kQK_K;
+    BlockQ8_K& blk = y[b];
+    __m512 vmax = _mm512_setzero_ps();
+    for (int i = 0; i < kVecs; ++i) vmax = _mm512_max_ps(vmax, _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 16 * i)));
+    const float amax = _mm512_reduce_max_ps(vmax);
+    if (amax == 0.0f) {
+      std::memset(&blk, 0, sizeof(blk));
+      continue;
+    }
+    float max = 0.0f;  // the first value of largest magnitude, as the scalar search finds it
+    for (int i = 0; i < kVecs; ++i) {
+      const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 16 * i)),
+                                               _mm512_set1_ps(amax), _CMP_EQ_OQ);
+      if (hit != 0) {
+        max = xb[16 * i + __builtin_ctz(hit)];
+        break;
+      }
+    }
+    const float iscale = -127.0f / max;
+    const __m512 vscale = _mm512_set1_ps(iscale);
+    for (int i = 0; i < kVecs; ++i) {  // round half to even (the default MXCSR mode), at most 127
+      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(vscale, _mm512_loadu_ps(xb + 16 * i))),
+                                         _mm512_set1_epi32(127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk.qs + 16 * i), _mm512_cvtsepi32_epi8(q));
+      blk.bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    blk.d = 1.0f / iscale;
+  }
+}
+
+void int8_prepare_x(DType dtype, const float* x, int64_t t_begin, int64_t t_end, int64_t n_in,
+                    void (*quantize_x)(const float*, int64_t, int8_t*, float*, float*, int64_t), Int8X& panel,
+                    Int8W& w) {
+  uint8_t* u = panel.u_data();
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const float* xt = x + t * n_in;
+    const int64_t g = t / kLanes, lane = t % kLanes;
+    if (is_kquant(dtype)) {
+      const int64_t ns = n_in / kQK_K;
+      int8_quantize_q8k(xt, w.x_q8k.data(), n_in);
+      for (int64_t s = 0; s < ns; ++s) {
+        const BlockQ8_K& blk = w.x_q8k[static_cast<size_t>(s)];
+        std::memcpy(w.x_qs.data() + s * kQK_K, blk.qs, kQK_K);
+        panel.d[static_cast<size_t>((g * ns + s) * kLanes + lane)] = blk.d;
+        for (int p = 0; p < 4; ++p) {
+          const int32_t lo = blk.bsums[4 * p] + blk.bsums[4 * p + 1];
+          const int32_t hi = blk.bsums[4 * p + 2] + blk.bsums[4 * p + 3];
+          panel.xs[static_cast<size_t>(((g * ns + s) * 4 + p) * kLanes + lane)] =
+              static_cast<int32_t>((static_cast<uint32_t>(lo) & 0xffffu) | (static_cast<uint32_t>(hi) << 16));
+        }
+      }
+    } else {
+      const int64_t nb = n_in / kQK;
+      float* d = panel.d.data() + g * nb * kLanes + lane;
+      quantize_x(xt, n_in, w.x_qs.data(), d, panel.ds.data() + (d - panel.d.data()), kLanes);
+    }
+    scatter_quants(w.x_qs.data(), t, n_in, u);
+  }
+}
+
+void int8_pad_x(DType dtype, int64_t n_tokens, int64_t n_in, Int8X& panel) {
+  const int64_t pad = int8_pad_tokens(n_tokens);
+  const int64_t nk4 = n_in / 4;
+  const int64_t nd = is_kquant(dtype) ? n_in / kQK_K : n_in / kQK;
+  uint8_t* u = panel.u_data();
+  for (int64_t t = n_tokens; t < pad; ++t) {
+    const int64_t g = t / kLanes, lane = t % kLanes;
+    uint8_t* dst = u + (g * nk4 * kLanes + lane) * 4;
+    for (int64_t k4 = 0; k4 < nk4; ++k4) std::memset(dst + k4 * kLanes * 4, 0x80, 4);
+    for (int64_t b = 0; b < nd; ++b) panel.d[static_cast<size_t>((g * nd + b) * kLanes + lane)] = 0.0f;
+    if (is_kquant(dtype)) {
+      for (int64_t i = 0; i < nd * 4; ++i) panel.xs[static_cast<size_t>((g * nd * 4 + i) * kLanes + lane)] = 0;
+    }
+  }
+}
+
+void int8_gemm_rows(const WeightView& wv, int64_t o_begin, int64_t o_end, Int8X& panel, int64_t n_tokens,
+                    Int8W& w, float* y, int64_t ldy) {
+  const int64_t rows = o_end - o_begin, n_in = wv.n_in;
+  CHECK(rows >= 1 && rows <= kInt8RowChunk);
+  const int64_t rows_pad = (rows + kR - 1) / kR * kR;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (is_kquant(wv.dtype)) {
+      unpack_kquant(wv.dtype, wv.row(o_begin + r), n_in, r, w);
+    } else {
+      unpack_block32(wv.dtype, wv.row(o_begin + r), n_in, r, w);
+    }
+  }
+  for (int64_t r = rows; r < rows_pad; ++r) zero_row(wv.dtype, n_in, r, w);
+  const TileFn tile = tile_fn(wv.dtype);
+  const int64_t nd = is_kquant(wv.dtype) ? n_in / kQK_K : n_in / kQK;
+  const int64_t groups = int8_pad_tokens(n_tokens) / kLanes;
+  const uint8_t* u = panel.u_data();
+  alignas(64) float out[kR][2][kLanes];
+  for (int64_t g0 = 0; g0 < groups; g0 += 2) {
+    TileArgs a{&w, 0, n_in, {}, {}, {}};
+    for (int g = 0; g < 2; ++g) {
+      a.u[g] = u + (g0 + g) * (n_in / 4) * kLanes * 4;
+      a.d[g] = panel.d.data() + (g0 + g) * nd * kLanes;
+      a.xs[g] = panel.xs.data() + (g0 + g) * (n_in / kQK_K) * 4 * kLanes;
+    }
+    const int64_t t_end = std::min(n_tokens, (g0 + 2) * kLanes);
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += kR) {
+      a.r0 = r0;
+      tile(a, &out[0][0][0]);
+      const int64_t r_end = std::min<int64_t>(kR, rows - r0);
+      for (int64_t t = g0 * kLanes; t < t_end; ++t) {
+        const int64_t g = t / kLanes - g0, lane = t % kLanes;
+        float* yt = y + t * ldy + o_begin + r0;
+        for (int64_t r = 0; r < r_end; ++r) yt[r] = out[r][g][lane];
+      }
+    }
+  }
+}
+
+}  // namespace pagoda::kernels::detail
