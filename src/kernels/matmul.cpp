@@ -291,7 +291,7 @@ void Matmul::run(const WeightView& w, const float* x, int64_t n_tokens, float* y
   CHECK(w.n_in <= max_in_ && w.n_out <= max_out_)
       << "weight [" << w.n_out << ", " << w.n_in << "] over [" << max_out_ << ", " << max_in_ << "]";
   CHECK_EQ(w.n_in % dtype_info(w.dtype).block_elems, 0);
-  if (uses_decode_kernels(w.dtype, n_tokens)) {
+  if (uses_decode_kernels(w.dtype, n_tokens) && !(n_tokens >= kInt8MinTokens && uses_int8(w))) {
     run_decode(w, x, n_tokens, y);
   } else {
     run_prefill(w, x, n_tokens, y);

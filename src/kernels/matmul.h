@@ -17,6 +17,8 @@
 //     more memory traffic than 1). For Q8_0/Q4_0 weights x is first quantized to Q8_0 and
 //     dotted in integers (as ggml does); for k-quant weights (Q4_K/Q5_K/Q6_K) x is quantized
 //     to Q8_K (256-value blocks) and dotted per super-block. Memory-bandwidth bound on one token.
+//     From kInt8MinTokens tokens on, quantized weights go to the int8 GEMM below instead
+//     where it runs (uses_int8): the same arithmetic, 16 tokens to a register.
 //   - prefill (n_tokens >= kBlasMinTokens): each thread dequantizes a chunk of weight rows to
 //     f32 and calls single-threaded OpenBLAS sgemm on it (F32 weights go to sgemm directly).
 //     Non-F32 weights (n_in % 32 == 0) on a CPU with AMX-BF16 (Isa::kAvx512 only) run on AMX
@@ -102,6 +104,11 @@ class Matmul {
   static bool uses_decode_kernels(DType dtype, int64_t n_tokens) {
     return n_tokens < kBlasMinTokens || (dtype != DType::kF32 && n_tokens <= kDecodeMaxTokens);
   }
+  // Batched decode steps of at least this many tokens take the int8 GEMM where uses_int8
+  // (the same arithmetic; matmul_bench, hot weights, 16 / 32 / 48 tokens: Q8_0 273 / 364 /
+  // 428 GFLOP/s against the decode kernels' 271 / 285 / 251, Q4_K 295 / 404 / 474 against
+  // 180 / 230 / 237; at 8 tokens half of its 16-token register would be padding).
+  static constexpr int64_t kInt8MinTokens = 16;
   // Weight rows dequantized per sgemm call: 128 x max_in f32 per thread (64..256 measured
   // alike on Zen 4 at 512 tokens).
   static constexpr int64_t kBlasRowChunk = 128;

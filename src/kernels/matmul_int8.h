@@ -15,7 +15,7 @@
 // row), so no horizontal sums are needed and every integer result equals the reference's.
 //
 // x panel (Int8X), tokens in groups of kLanes, padded with zero tokens (u = 128, d = 0) to
-// a multiple of 2 * kLanes:
+// a multiple of kLanes:
 //   u  [groups, n_in / 4, kLanes, 4] u8    q + 128 of token kLanes*g + lane, inputs 4*k4 ..
 //   d  [groups, n_in / B, kLanes]    f32   Q8_0: block scale (B = 32); Q8_K: super-block scale (B = 256)
 //   xs [groups, n_in / 256, 4, kLanes] i32 Q4_K/Q5_K: sub-block sums of the quants, pairs
@@ -39,7 +39,7 @@
 namespace pagoda::kernels::detail {
 
 inline constexpr int64_t kLanes = 16;          // tokens per register
-inline constexpr int64_t kInt8TokenStep = 32;  // tokens per kernel tile (2 registers)
+inline constexpr int64_t kInt8TokenStep = 16;  // panel padding: one register of tokens (a tile takes 1 or 2)
 inline constexpr int64_t kInt8RowChunk = 32;   // weight rows unpacked per step (a multiple of 4)
 
 inline int64_t int8_pad_tokens(int64_t n) { return (n + kInt8TokenStep - 1) / kInt8TokenStep * kInt8TokenStep; }

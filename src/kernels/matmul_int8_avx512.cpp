@@ -191,16 +191,19 @@ void zero_row(DType dtype, int64_t n_in, int64_t r, Int8W& w) {
 constexpr int kR = 4;
 
 // out [kR, 2, kLanes]: the tile's results, row-major.
-inline void zero(__m512 acc[kR][2]) {
+template <int kG>
+inline void zero(__m512 acc[kR][kG]) {
 #pragma GCC unroll 4
-  for (int r = 0; r < kR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int r = 0; r < kR; ++r)
+#pragma GCC unroll 2
+    for (int g = 0; g < kG; ++g) acc[r][g] = _mm512_setzero_ps();
 }
-inline void store(__m512 acc[kR][2], float* out) {
+template <int kG>
+inline void store(__m512 acc[kR][kG], float* out) {
 #pragma GCC unroll 4
-  for (int r = 0; r < kR; ++r) {
-    _mm512_storeu_ps(out + (2 * r) * kLanes, acc[r][0]);
-    _mm512_storeu_ps(out + (2 * r + 1) * kLanes, acc[r][1]);
-  }
+  for (int r = 0; r < kR; ++r)
+#pragma GCC unroll 2
+    for (int g = 0; g < kG; ++g) _mm512_storeu_ps(out + (2 * r + g) * kLanes, acc[r][g]);
 }
 
 struct TileArgs {
@@ -212,87 +215,94 @@ struct TileArgs {
   const int32_t* xs[2];
 };
 
-// Q8_0 / Q4_0: per 32-value block, y += float(bias + sum c u) * (d_w * d_x).
+// Q8_0 / Q4_0: per 32-value block, y += float(bias + sum c u) * (d_w * d_x). kG token
+// registers (1 or 2).
+template <int kG>
 void tile_block32(const TileArgs& a, float* out) {
-  __m512 acc[kR][2];
-  zero(acc);
+  __m512 acc[kR][kG];
+  zero<kG>(acc);
   const int64_t n_in = a.n_in, nb = n_in / kQK;
   const int8_t* c = a.w->c.data() + a.r0 * n_in;
   const int32_t* bias = a.w->bias.data() + a.r0 * nb;
   const float* scale = a.w->scale.data() + a.r0 * nb;
   for (int64_t b = 0; b < nb; ++b) {
-    __m512i s[kR][2];
+    __m512i s[kR][kG];
     #pragma GCC unroll 4
-    for (int r = 0; r < kR; ++r) s[r][0] = s[r][1] = _mm512_set1_epi32(bias[r * nb + b]);
-    const uint8_t* u0 = a.u[0] + b * 8 * 64;
-    const uint8_t* u1 = a.u[1] + b * 8 * 64;
+    for (int r = 0; r < kR; ++r)
+      #pragma GCC unroll 2
+      for (int g = 0; g < kG; ++g) s[r][g] = _mm512_set1_epi32(bias[r * nb + b]);
     const int8_t* cb = c + b * kQK;
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
-      const __m512i x0 = _mm512_load_si512(u0 + 64 * k);
-      const __m512i x1 = _mm512_load_si512(u1 + 64 * k);
+      __m512i x[kG];
+      #pragma GCC unroll 2
+      for (int g = 0; g < kG; ++g) x[g] = _mm512_load_si512(a.u[g] + (b * 8 + k) * 64);
       #pragma GCC unroll 4
       for (int r = 0; r < kR; ++r) {
         const __m512i wv = _mm512_set1_epi32(load_i32(cb + r * n_in + 4 * k));
-        s[r][0] = _mm512_dpbusd_epi32(s[r][0], x0, wv);
-        s[r][1] = _mm512_dpbusd_epi32(s[r][1], x1, wv);
+        #pragma GCC unroll 2
+        for (int g = 0; g < kG; ++g) s[r][g] = _mm512_dpbusd_epi32(s[r][g], x[g], wv);
       }
     }
-    const __m512 d0 = _mm512_loadu_ps(a.d[0] + b * kLanes);
-    const __m512 d1 = _mm512_loadu_ps(a.d[1] + b * kLanes);
-    #pragma GCC unroll 4
-    for (int r = 0; r < kR; ++r) {
-      const __m512 sw = _mm512_set1_ps(scale[r * nb + b]);
-      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][0]), _mm512_mul_ps(sw, d0), acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][1]), _mm512_mul_ps(sw, d1), acc[r][1]);
+    #pragma GCC unroll 2
+    for (int g = 0; g < kG; ++g) {
+      const __m512 dx = _mm512_loadu_ps(a.d[g] + b * kLanes);
+      #pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) {
+        const __m512 sw = _mm512_set1_ps(scale[r * nb + b]);
+        acc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][g]), _mm512_mul_ps(sw, dx), acc[r][g]);
+      }
     }
   }
-  store(acc, out);
+  store<kG>(acc, out);
 }
 
 // k-quants: per super-block, main = bias + sum_j sc_j * sum_{k in j} c u (sub-blocks of
 // kSub values), offset = sum_j m_j * xsum_j (Q4_K/Q5_K), y += float(main) * (d_x * d) -
 // float(offset) * (d_x * dmin).
-template <int kSub, bool kMins>
+template <int kSub, bool kMins, int kG>
 void tile_kquant(const TileArgs& a, float* out) {
-  __m512 acc[kR][2];
-  zero(acc);
+  __m512 acc[kR][kG];
+  zero<kG>(acc);
   constexpr int kSubs = kQK_K / kSub, kSteps = kSub / 4;
   const int64_t n_in = a.n_in, ns = n_in / kQK_K;
   const int8_t* c = a.w->c.data() + a.r0 * n_in;
   const int64_t si0 = a.r0 * ns;
   for (int64_t s = 0; s < ns; ++s) {
-    __m512i main[kR][2];
+    __m512i main[kR][kG];
     #pragma GCC unroll 4
-    for (int r = 0; r < kR; ++r) main[r][0] = main[r][1] = _mm512_set1_epi32(a.w->bias[si0 + r * ns + s]);
-    const uint8_t* u0 = a.u[0] + s * (kQK_K / 4) * 64;
-    const uint8_t* u1 = a.u[1] + s * (kQK_K / 4) * 64;
+    for (int r = 0; r < kR; ++r)
+      #pragma GCC unroll 2
+      for (int g = 0; g < kG; ++g) main[r][g] = _mm512_set1_epi32(a.w->bias[si0 + r * ns + s]);
     const int8_t* cs = c + s * kQK_K;
     for (int j = 0; j < kSubs; ++j) {
-      __m512i sub[kR][2];
+      __m512i sub[kR][kG];
       #pragma GCC unroll 4
-      for (int r = 0; r < kR; ++r) sub[r][0] = sub[r][1] = _mm512_setzero_si512();
+      for (int r = 0; r < kR; ++r)
+        #pragma GCC unroll 2
+        for (int g = 0; g < kG; ++g) sub[r][g] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int k = 0; k < kSteps; ++k) {
-        const int64_t k4 = j * kSteps + k;
-        const __m512i x0 = _mm512_load_si512(u0 + 64 * k4);
-        const __m512i x1 = _mm512_load_si512(u1 + 64 * k4);
+        const int64_t k4 = s * (kQK_K / 4) + j * kSteps + k;
+        __m512i x[kG];
+        #pragma GCC unroll 2
+        for (int g = 0; g < kG; ++g) x[g] = _mm512_load_si512(a.u[g] + 64 * k4);
         #pragma GCC unroll 4
         for (int r = 0; r < kR; ++r) {
-          const __m512i wv = _mm512_set1_epi32(load_i32(cs + r * n_in + 4 * k4));
-          sub[r][0] = _mm512_dpbusd_epi32(sub[r][0], x0, wv);
-          sub[r][1] = _mm512_dpbusd_epi32(sub[r][1], x1, wv);
+          const __m512i wv = _mm512_set1_epi32(load_i32(cs + r * n_in + 4 * (j * kSteps + k)));
+          #pragma GCC unroll 2
+          for (int g = 0; g < kG; ++g) sub[r][g] = _mm512_dpbusd_epi32(sub[r][g], x[g], wv);
         }
       }
       #pragma GCC unroll 4
       for (int r = 0; r < kR; ++r) {
         const __m512i scj = _mm512_set1_epi32(a.w->sc[(si0 + r * ns + s) * 16 + j]);
-        main[r][0] = _mm512_add_epi32(main[r][0], _mm512_mullo_epi32(sub[r][0], scj));
-        main[r][1] = _mm512_add_epi32(main[r][1], _mm512_mullo_epi32(sub[r][1], scj));
+        #pragma GCC unroll 2
+        for (int g = 0; g < kG; ++g) main[r][g] = _mm512_add_epi32(main[r][g], _mm512_mullo_epi32(sub[r][g], scj));
       }
     }
     #pragma GCC unroll 2
-    for (int g = 0; g < 2; ++g) {
+    for (int g = 0; g < kG; ++g) {
       const __m512 dx = _mm512_loadu_ps(a.d[g] + s * kLanes);
       #pragma GCC unroll 4
       for (int r = 0; r < kR; ++r) {
@@ -312,21 +322,23 @@ void tile_kquant(const TileArgs& a, float* out) {
       }
     }
   }
-  store(acc, out);
+  store<kG>(acc, out);
 }
 
 using TileFn = void (*)(const TileArgs&, float* out);
 
+// The kernel for weights of `dtype` over kG token registers.
+template <int kG>
 TileFn tile_fn(DType dtype) {
   switch (dtype) {
     case DType::kQ8_0:
     case DType::kQ4_0:
-      return tile_block32;
+      return tile_block32<kG>;
     case DType::kQ4_K:
     case DType::kQ5_K:
-      return tile_kquant<32, true>;
+      return tile_kquant<32, true, kG>;
     case DType::kQ6_K:
-      return tile_kquant<16, false>;
+      return tile_kquant<16, false, kG>;
     default:
       CHECK(false) << "int8 GEMM: " << dtype_name(dtype);
       return nullptr;
@@ -429,22 +441,23 @@ void int8_gemm_rows(const WeightView& wv, int64_t o_begin, int64_t o_end, Int8X&
     }
   }
   for (int64_t r = rows; r < rows_pad; ++r) zero_row(wv.dtype, n_in, r, w);
-  const TileFn tile = tile_fn(wv.dtype);
+  const TileFn tiles[2] = {tile_fn<1>(wv.dtype), tile_fn<2>(wv.dtype)};
   const int64_t nd = is_kquant(wv.dtype) ? n_in / kQK_K : n_in / kQK;
   const int64_t groups = int8_pad_tokens(n_tokens) / kLanes;
   const uint8_t* u = panel.u_data();
   alignas(64) float out[kR][2][kLanes];
   for (int64_t g0 = 0; g0 < groups; g0 += 2) {
+    const int64_t n_groups = std::min<int64_t>(2, groups - g0);
     TileArgs a{&w, 0, n_in, {}, {}, {}};
-    for (int g = 0; g < 2; ++g) {
+    for (int64_t g = 0; g < n_groups; ++g) {
       a.u[g] = u + (g0 + g) * (n_in / 4) * kLanes * 4;
       a.d[g] = panel.d.data() + (g0 + g) * nd * kLanes;
       a.xs[g] = panel.xs.data() + (g0 + g) * (n_in / kQK_K) * 4 * kLanes;
     }
-    const int64_t t_end = std::min(n_tokens, (g0 + 2) * kLanes);
+    const int64_t t_end = std::min(n_tokens, (g0 + n_groups) * kLanes);
     for (int64_t r0 = 0; r0 < rows_pad; r0 += kR) {
       a.r0 = r0;
-      tile(a, &out[0][0][0]);
+      tiles[n_groups - 1](a, &out[0][0][0]);
       const int64_t r_end = std::min<int64_t>(kR, rows - r0);
       for (int64_t t = g0 * kLanes; t < t_end; ++t) {
         const int64_t g = t / kLanes - g0, lane = t % kLanes;
