@@ -1,5 +1,7 @@
 // Compute peak of this CPU, the roof for prefill and batched steps in BENCHMARKS.md: AVX-512
-// f32 FMA (vfmadd231ps), AVX-512 BF16 dot products (vdpbf16ps, 2 multiply-adds per f32 lane)
+// f32 FMA (vfmadd231ps), AVX-512 BF16 dot products (vdpbf16ps, 2 multiply-adds per f32 lane),
+// AVX-512 VNNI int8 dot products (vpdpbusd, 4 u8 x s8 multiply-adds per int32 lane: the roof
+// of the int8 GEMM for quantized weights, counted as 2 ops per multiply-add like a FLOP)
 // and AMX-BF16 tiles (tdpbf16ps, 16 x 16 x 32 multiply-adds, 4 independent accumulators),
 // register/tile-only loops on each of T threads at once, best of 5 runs.
 //
@@ -50,6 +52,19 @@ __attribute__((target("avx512f,avx512bf16"))) float bf16_loop(long iters) {
   float s = 0;
   for (int i = 0; i < kChains; ++i) s += _mm512_reduce_add_ps(acc[i]);
   return s;
+}
+
+__attribute__((target("avx512f,avx512vnni"))) float vnni_loop(long iters) {
+  __m512i acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+  }
+  int64_t s = 0;
+  for (int i = 0; i < kChains; ++i) s += _mm512_reduce_add_epi32(acc[i]);
+  return static_cast<float>(s);
 }
 
 struct alignas(64) TileConfig {
@@ -121,6 +136,7 @@ int main(int argc, char** argv) {
   }
   const double f32 = measure(threads, fma_loop, kChains * 16 * 2.0);
   const double bf16 = __builtin_cpu_supports("avx512bf16") ? measure(threads, bf16_loop, kChains * 16 * 4.0) : 0.0;
+  const double int8 = __builtin_cpu_supports("avx512vnni") ? measure(threads, vnni_loop, kChains * 64 * 2.0) : 0.0;
   // AMX: CPUID.7.0:EDX bits 22 (AMX-BF16), 24 (AMX-TILE), then the kernel's tile-data permission.
   unsigned a = 0, b = 0, c = 0, d = 0;
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
@@ -128,11 +144,15 @@ int main(int argc, char** argv) {
   // Per 16 iterations: 4 tile products of 16 x 16 x 32 multiply-adds.
   const double amx_gflops = amx ? measure(threads, amx_loop, 4.0 * 16 * 16 * 32 * 2 / 16) : 0.0;
   if (json) {
-    std::printf("{\"threads\":%d,\"f32_fma_gflops\":%.1f,\"bf16_dp_gflops\":%.1f,\"amx_bf16_gflops\":%.1f}\n", threads,
-                f32, bf16, amx_gflops);
+    std::printf(
+        "{\"threads\":%d,\"f32_fma_gflops\":%.1f,\"bf16_dp_gflops\":%.1f,\"int8_vnni_gops\":%.1f,"
+        "\"amx_bf16_gflops\":%.1f}\n",
+        threads, f32, bf16, int8, amx_gflops);
   } else {
-    std::printf("%d threads: f32 FMA %.1f GFLOP/s, bf16 dot products %.1f GFLOP/s, AMX bf16 %.1f GFLOP/s\n", threads,
-                f32, bf16, amx_gflops);
+    std::printf(
+        "%d threads: f32 FMA %.1f GFLOP/s, bf16 dot products %.1f GFLOP/s, int8 VNNI %.1f GOP/s, AMX bf16 %.1f "
+        "GFLOP/s\n",
+        threads, f32, bf16, int8, amx_gflops);
   }
   return 0;
 }

@@ -6,7 +6,9 @@ rooflines) and writes curve.svg (decode t/s against context length) into the run
 
 Rooflines: decode = read bandwidth (membw.json, 2 threads) / (weight bytes read per token + the
 f16 KV bytes read at that depth); prefill and batched = FLOPs / the measured peak in
-peak.json (f32 FMA, AVX-512 BF16 dot products), if there. Weight bytes: every tensor of the
+peak.json, if there: the f32 FMA peak for the f16 model (Pagoda multiplies f16 weights in
+f32), the int8 VNNI peak (vpdpbusd) for the quantized ones, whose prefill both engines run
+as int8 dot products. Weight bytes: every tensor of the
 GGUF file but token_embd (one row of it is read per token) unless it doubles as the output.
 """
 import glob
@@ -153,6 +155,7 @@ def main():
             bw = None
     peak = load(os.path.join(out, "peak.json")) if os.path.exists(os.path.join(out, "peak.json")) else {}
     f32_peak = peak.get("f32_fma_gflops")
+    int8_peak = peak.get("int8_vnni_gops") or f32_peak
     models = {}
     for key, name in (("m110", "llama-110m-f16"), ("q8", "tinyllama-1.1b-q8_0"), ("q4", "tinyllama-1.1b-q4_k_m")):
         path = os.path.join(os.environ.get("MODEL_DIR", "/work/models"), name + ".gguf")
@@ -160,7 +163,7 @@ def main():
             models[key] = model_facts(path)
     print(f"Native llama.cpp {meta['llama_cpp_commit']} vs Pagoda {meta['pagoda_commit']}, {meta['threads']} threads, "
           f"median of {meta['rounds']} interleaved rounds, Pagoda KV {meta['pagoda_kv']}, llama.cpp KV f16, "
-          f"{meta['date']}; read bandwidth {bw if bw else '?'} GB/s, f32 FMA peak {f32_peak or '?'} GFLOP/s\n")
+          f"{meta['date']}; read bandwidth {bw if bw else '?'} GB/s, f32 FMA peak {f32_peak or '?'} GFLOP/s, int8 VNNI peak {int8_peak or '?'} GOP/s\n")
     print("| work (same GGUF) | llama.cpp native | Pagoda | ratio | roofline | Pagoda % of roofline |")
     print("|---|---:|---:|---:|---:|---:|")
 
@@ -213,7 +216,7 @@ def main():
         pp = collect(out, row, get_pp, lambda f: [r for r in load(f) if r["n_prompt"] > 0][0]["avg_ts"])
         tg = collect(out, row, get_tg, lambda f: [r for r in load(f) if r["n_gen"] > 0][0]["avg_ts"])
         mm = models.get(key)
-        roof_pp = f32_peak * 1e9 / flops_per_token(mm, 128) if mm and f32_peak else None
+        roof_pp = int8_peak * 1e9 / flops_per_token(mm, 128) if mm and int8_peak else None
         roof_tg = bw * 1e9 / (mm["weight_bytes"] + kv_bytes(mm, 32)) if mm and bw else None
         line(f"{label} pp256", pp[1], pp[0], "t/s", roof_pp)
         line(f"{label} tg64", tg[1], tg[0], "t/s", roof_tg)
