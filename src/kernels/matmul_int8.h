@@ -89,6 +89,10 @@ void int8_prepare_x(DType dtype, const float* x, int64_t t_begin, int64_t t_end,
 // Zero tokens [n_tokens, int8_pad_tokens(n_tokens)) of the panel.
 void int8_pad_x(DType dtype, int64_t n_tokens, int64_t n_in, Int8X& panel);
 
+// Rows [o_begin, o_begin + rows) of the weights into w (rows <= kInt8RowChunk), then zero
+// rows up to a multiple of 4.
+void int8_unpack_rows(const WeightView& wv, int64_t o_begin, int64_t rows, Int8W& w);
+
 // y[t * ldy + o] for t < n_tokens, o in [o_begin, o_end) (o_end - o_begin <= kInt8RowChunk):
 // unpacks those rows into `w` and runs the kernel over every token tile.
 void int8_gemm_rows(const WeightView& wv, int64_t o_begin, int64_t o_end, Int8X& panel, int64_t n_tokens,
