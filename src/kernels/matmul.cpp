@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "kernels/matmul_amx.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/matmul_int8.h"
 #include "kernels/matmul_isa.h"
 #include "kernels/quant.h"
@@ -184,6 +185,21 @@ void matmul_decode_reference(const WeightView& w, const float* x, int64_t n_toke
   }
 }
 
+void matmul_bf16_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  std::vector<float> row(static_cast<size_t>(w.n_in));
+  for (int64_t o = 0; o < w.n_out; ++o) {
+    dequantize_row(w.dtype, w.row(o), row.data(), w.n_in);
+    for (auto& v : row) v = bf16_to_fp32(fp32_to_bf16(v));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < w.n_in; ++i) {
+        sum += static_cast<double>(row[i]) * bf16_to_fp32(fp32_to_bf16(x[t * w.n_in + i]));
+      }
+      y[t * w.n_out + o] = static_cast<float>(sum);
+    }
+  }
+}
+
 // ---- ISA ----
 
 // F16C (CPUID.1:ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
@@ -237,6 +253,11 @@ bool amx_usable() {
   return usable;
 }
 
+bool bf16_usable() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+}
+
 }  // namespace detail
 
 // ---- Matmul ----
@@ -277,10 +298,20 @@ Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max
       int8_->w.resize(static_cast<size_t>(pool.num_threads()));
       for (auto& w : int8_->w) w.resize(max_in);
     }
+    if (isa == Isa::kAvx512 && !amx_ && max_in % 2 == 0 && detail::bf16_usable()) {
+      bf16_ = std::make_unique<detail::Bf16Scratch>();
+      bf16_->x.resize(static_cast<size_t>(detail::bf16_pad_tokens(max_tokens) * max_in + 32));
+      bf16_->w.resize(static_cast<size_t>(pool.num_threads()));
+      for (auto& w : bf16_->w) w.resize(static_cast<size_t>(detail::kBf16RowChunk * max_in));
+    }
   }
 }
 
 Matmul::~Matmul() = default;
+
+bool Matmul::uses_bf16(const WeightView& w) const {
+  return bf16_ != nullptr && (w.dtype == DType::kF16 || w.dtype == DType::kBF16) && !uses_amx(w);
+}
 
 bool Matmul::uses_int8(const WeightView& w) const {
   return int8_ != nullptr && detail::int8_gemm_dtype(w.dtype) && !uses_amx(w);
@@ -434,6 +465,33 @@ void Matmul::run_prefill_int8(const WeightView& w, const float* x, int64_t n_tok
       detail::kInt8RowChunk);
 }
 
+void Matmul::run_prefill_bf16(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  struct Job {
+    Matmul* self;
+    const WeightView* w;
+    const float* x;
+    int64_t n_tokens;
+    float* y;
+  } job{this, &w, x, n_tokens, y};
+  pool_.parallel_for(
+      n_tokens,
+      [&job](int64_t begin, int64_t end, int) {
+        detail::bf16_prepare_x(job.x, begin, end, job.w->n_in, job.self->bf16_->x_data());
+      },
+      ThreadPool::grain_for(w.n_in, ThreadPool::kMinWorkPerThread));
+  detail::bf16_pad_x(n_tokens, w.n_in, bf16_->x_data());
+  pool_.parallel_for(
+      w.n_out,
+      [&job](int64_t begin, int64_t end, int thread) {
+        detail::Bf16Scratch& s = *job.self->bf16_;
+        for (int64_t o0 = begin; o0 < end; o0 += detail::kBf16RowChunk) {
+          detail::bf16_gemm_rows(*job.w, o0, std::min(end, o0 + detail::kBf16RowChunk), s.x_data(), job.n_tokens,
+                                 s.w[static_cast<size_t>(thread)].data(), job.y, job.w->n_out);
+        }
+      },
+      detail::kBf16RowChunk);
+}
+
 void Matmul::run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   if (uses_amx(w)) {
     run_prefill_amx(w, x, n_tokens, y);
@@ -441,6 +499,10 @@ void Matmul::run_prefill(const WeightView& w, const float* x, int64_t n_tokens, 
   }
   if (uses_int8(w)) {
     run_prefill_int8(w, x, n_tokens, y);
+    return;
+  }
+  if (uses_bf16(w)) {
+    run_prefill_bf16(w, x, n_tokens, y);
     return;
   }
   struct Job {

@@ -28,9 +28,12 @@
 //     Quantized weights (Q8_0/Q4_0/Q4_K/Q5_K/Q6_K) on Isa::kAvx512 without AMX skip the f32
 //     dequantization: x is quantized as for decode and multiplied by the weights' own quants
 //     in the int8 GEMM (VNNI, kernels/matmul_int8.h), whose arithmetic is the decode path's.
+//     F16/BF16 weights there, with AVX512-BF16, run the bf16 GEMM (kernels/matmul_bf16.h):
+//     W and x rounded to bf16, twice the f32 FMA rate, within 2^-7 sum |w||x| of the exact
+//     product (the sgemm path it replaces: 1e-5).
 // Decode and the int8 prefill are compared against `matmul_decode_reference` (to float
-// rounding), the other prefill paths against `matmul_reference`, on every ISA, in
-// tests/kernels/matmul_test.cpp.
+// rounding), the bf16 prefill against `matmul_bf16_reference`, the other prefill paths against
+// `matmul_reference`, on every ISA, in tests/kernels/matmul_test.cpp.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +50,7 @@ namespace pagoda::kernels {
 
 namespace detail {
 struct Int8Scratch;  // kernels/matmul_int8.h
+struct Bf16Scratch;  // kernels/matmul_bf16.h
 }
 
 struct WeightView {
@@ -66,6 +70,10 @@ void matmul_reference(const WeightView& w, const float* x, int64_t n_tokens, flo
 // Q8_K and dotted as kernels/kquant.h's dot_kquant_q8k). Fast kernels must match it
 // to float rounding; for F32/F16/BF16 it equals a float dot product.
 void matmul_decode_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+
+// The bf16 prefill path's arithmetic (kernels/matmul_bf16.h): W and x rounded to bf16 (nearest
+// even), products summed in double. Within 2^-7 sum |w||x| of matmul_reference.
+void matmul_bf16_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y);
 
 enum class Isa { kScalar, kAvx2, kAvx512 };
 Isa detect_isa();                 // best ISA this CPU runs
@@ -94,6 +102,10 @@ class Matmul {
   // Whether prefill against these weights runs the int8 GEMM (kernels/matmul_int8.h): quantized
   // weights on Isa::kAvx512 without AMX. Its arithmetic is matmul_decode_reference's.
   bool uses_int8(const WeightView& w) const;
+  // Whether prefill against these weights runs the bf16 GEMM (kernels/matmul_bf16.h): F16 and
+  // BF16 weights on Isa::kAvx512 with AVX512-BF16 and without AMX. Its arithmetic is
+  // matmul_bf16_reference's.
+  bool uses_bf16(const WeightView& w) const;
   static constexpr int64_t kBlasMinTokens = 8;  // fewer tokens: decode path
   static constexpr int64_t kDecodeGroupTokens = kBlasMinTokens - 1;  // tokens per kernel pass
   static constexpr int64_t kDecodeMaxTokens = 48;  // non-F32 weights: decode kernels up to here
@@ -119,6 +131,7 @@ class Matmul {
   void run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   void run_prefill_amx(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   void run_prefill_int8(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+  void run_prefill_bf16(const WeightView& w, const float* x, int64_t n_tokens, float* y);
 
   ThreadPool& pool_;
   Isa isa_;
@@ -138,6 +151,7 @@ class Matmul {
   std::vector<std::vector<uint16_t>> w_packed_;  // per thread: hi, lo [2, kAmxRowChunk (64), max_in] packed tiles
   std::vector<std::vector<float>> c_scratch_;    // per thread: [32, 32] f32 (+16 to align)
   std::unique_ptr<detail::Int8Scratch> int8_;    // int8 prefill (Isa::kAvx512, no AMX), else null
+  std::unique_ptr<detail::Bf16Scratch> bf16_;    // bf16 prefill (AVX512-BF16, no AMX), else null
 };
 
 }  // namespace pagoda::kernels

@@ -124,9 +124,23 @@ std::vector<Case> make_cases(DType dtype, const std::vector<int64_t>& n_ins, con
 // (so scratch left by a larger call is exercised), one pool alive at a time. The row split
 // over threads is ISA-independent, so only the best ISA runs with 2 and 3 threads (3: more
 // than a 2-core test machine has, and an uneven split); the others run on 1 thread.
-// Which (ISA, weights) pairs a test runs: all, or only those whose prefill takes the int8
-// GEMM (`kInt8`), or all but those (`kNotInt8`).
-enum class Paths { kAll, kInt8, kNotInt8 };
+// Which (ISA, weights) pairs a test runs: all, only those whose prefill takes the int8 GEMM
+// (`kInt8`) or the bf16 one (`kBf16`), or those whose prefill takes neither (`kExact`).
+enum class Paths { kAll, kInt8, kBf16, kExact };
+
+bool runs(Paths paths, const Matmul& m, const WeightView& w) {
+  switch (paths) {
+    case Paths::kAll:
+      return true;
+    case Paths::kInt8:
+      return m.uses_int8(w);
+    case Paths::kBf16:
+      return m.uses_bf16(w);
+    case Paths::kExact:
+      return !m.uses_int8(w) && !m.uses_bf16(w);
+  }
+  return false;
+}
 
 double run_cases(DType dtype, const std::vector<Case>& cases, Paths paths = Paths::kAll,
                  int64_t max_tokens = kMaxTokens) {
@@ -137,7 +151,7 @@ double run_cases(DType dtype, const std::vector<Case>& cases, Paths paths = Path
       ThreadPool pool(threads);
       Matmul matmul(pool, max_tokens, kMaxIn, kMaxOut, isa);
       for (const Case& c : cases) {
-        if (paths != Paths::kAll && matmul.uses_int8(c.w.view) != (paths == Paths::kInt8)) continue;
+        if (!runs(paths, matmul, c.w.view)) continue;
         std::vector<float> y(c.want.size(), std::nanf(""));
         matmul.run(c.w.view, c.x.data(), c.n_tokens, y.data());
         std::ostringstream what;
@@ -192,7 +206,7 @@ TEST_P(MatmulByDType, PrefillMatchesReference) {
   }
   ASSERT_FALSE(n_tokens.empty());
   record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 96, 288, 4096}, n_tokens, matmul_reference, rng),
-                         Paths::kNotInt8));
+                         Paths::kExact));
 }
 
 // The int8 prefill GEMM (quantized weights on AVX-512 VNNI without AMX) against the decode
@@ -215,6 +229,43 @@ TEST_P(MatmulByDType, Int8PrefillMatchesDecodeReference) {
   for (int64_t t : n_tokens) ASSERT_FALSE(Matmul::uses_decode_kernels(dtype, t));
   record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 288, 4096}, n_tokens, matmul_decode_reference, rng),
                          Paths::kInt8, 100));
+}
+
+// The bf16 prefill GEMM (F16/BF16 weights on AVX-512 BF16 without AMX) against its
+// reference: W and x rounded to bf16, summed in double.
+TEST_P(MatmulByDType, Bf16PrefillMatchesBf16Reference) {
+  const DType dtype = GetParam();
+  {
+    ThreadPool pool(1);
+    Matmul probe(pool, kMaxTokens, kMaxIn, kMaxOut);
+    const WeightView view{nullptr, dtype, 1, 256};
+    const bool half = dtype == DType::kF16 || dtype == DType::kBF16;
+    if (!half) {
+      EXPECT_FALSE(probe.uses_bf16(view));
+      return;
+    }
+    if (!probe.uses_bf16(view)) GTEST_SKIP() << "this CPU has no AVX512-BF16 (or has AMX): no bf16 prefill here";
+  }
+  Rng rng(270 + static_cast<int>(dtype));
+  const std::vector<int64_t> n_tokens = {Matmul::kDecodeMaxTokens + 1, 64, 97};
+  for (int64_t t : n_tokens) ASSERT_FALSE(Matmul::uses_decode_kernels(dtype, t));
+  record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 288, 4096}, n_tokens, matmul_bf16_reference, rng),
+                         Paths::kBf16, 100));
+}
+
+// The bf16 reference against the exact product: each bf16 rounding within 2^-8, so each
+// product within 2^-7 (7.8e-3) of sum |w||x|.
+TEST_P(MatmulByDType, Bf16ReferenceApproximatesExactProduct) {
+  const DType dtype = GetParam();
+  Rng rng(320 + static_cast<int>(dtype));
+  Weights w = random_weights(dtype, 40, 1024, rng);
+  auto x = random_x(3, 1024, rng);
+  std::vector<float> want(3 * 40), got(3 * 40);
+  matmul_reference(w.view, x.data(), 3, want.data());
+  matmul_bf16_reference(w.view, x.data(), 3, got.data());
+  const double worst = expect_close(got, want, abs_scale(w, x, 3), 7.9e-3, std::string(dtype_name(dtype)));
+  record_worst(worst);
+  if (dtype != DType::kBF16) EXPECT_GT(worst, 0.0);  // x (and non-bf16 weights) really are rounded
 }
 
 // The decode reference itself: exact float dots for float weights; for quantized weights
