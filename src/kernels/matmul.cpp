@@ -322,11 +322,34 @@ void Matmul::run(const WeightView& w, const float* x, int64_t n_tokens, float* y
   CHECK(w.n_in <= max_in_ && w.n_out <= max_out_)
       << "weight [" << w.n_out << ", " << w.n_in << "] over [" << max_out_ << ", " << max_in_ << "]";
   CHECK_EQ(w.n_in % dtype_info(w.dtype).block_elems, 0);
-  if (uses_decode_kernels(w.dtype, n_tokens) && !(n_tokens >= kInt8MinTokens && uses_int8(w))) {
-    run_decode(w, x, n_tokens, y);
-  } else {
-    run_prefill(w, x, n_tokens, y);
+  switch (path(w, n_tokens)) {
+    case Path::kDecode:
+      run_decode(w, x, n_tokens, y);
+      return;
+    case Path::kAmx:
+      run_prefill_amx(w, x, n_tokens, y);
+      return;
+    case Path::kInt8:
+      run_prefill_int8(w, x, n_tokens, y);
+      return;
+    case Path::kBf16:
+      run_prefill_bf16(w, x, n_tokens, y);
+      return;
+    case Path::kSgemm:
+      run_prefill(w, x, n_tokens, y);
+      return;
   }
+}
+
+Matmul::Path Matmul::path(const WeightView& w, int64_t n_tokens) const {
+  if (uses_decode_kernels(w.dtype, n_tokens)) {
+    if (n_tokens >= kInt8MinTokens && uses_int8(w)) return Path::kInt8;
+    return Path::kDecode;
+  }
+  if (uses_amx(w)) return Path::kAmx;
+  if (uses_int8(w)) return Path::kInt8;
+  if (uses_bf16(w)) return Path::kBf16;
+  return Path::kSgemm;
 }
 
 void Matmul::run_decode(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
@@ -493,18 +516,6 @@ void Matmul::run_prefill_bf16(const WeightView& w, const float* x, int64_t n_tok
 }
 
 void Matmul::run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  if (uses_amx(w)) {
-    run_prefill_amx(w, x, n_tokens, y);
-    return;
-  }
-  if (uses_int8(w)) {
-    run_prefill_int8(w, x, n_tokens, y);
-    return;
-  }
-  if (uses_bf16(w)) {
-    run_prefill_bf16(w, x, n_tokens, y);
-    return;
-  }
   struct Job {
     Matmul* self;
     const WeightView* w;

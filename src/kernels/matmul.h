@@ -18,7 +18,10 @@
 //     dotted in integers (as ggml does); for k-quant weights (Q4_K/Q5_K/Q6_K) x is quantized
 //     to Q8_K (256-value blocks) and dotted per super-block. Memory-bandwidth bound on one token.
 //     From kInt8MinTokens tokens on, quantized weights go to the int8 GEMM below instead
-//     where it runs (uses_int8): the same arithmetic, 16 tokens to a register.
+//     where it runs (uses_int8): the same arithmetic, 16 tokens to a register. F16/BF16
+//     weights stay on the f32 decode kernels here (the bf16 GEMM would be faster from 16
+//     tokens on, but would make a decoding sequence's numbers depend on how many others
+//     share its step, at bf16's 2^-8 instead of f32 rounding).
 //   - prefill (n_tokens >= kBlasMinTokens): each thread dequantizes a chunk of weight rows to
 //     f32 and calls single-threaded OpenBLAS sgemm on it (F32 weights go to sgemm directly).
 //     Non-F32 weights (n_in % 32 == 0) on a CPU with AMX-BF16 (Isa::kAvx512 only) run on AMX
@@ -95,6 +98,10 @@ class Matmul {
   // x and y do not overlap.
   void run(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   Isa isa() const { return isa_; }
+  // The path a call of n_tokens rows against w takes (the paths above): the decode kernels,
+  // dequantize + sgemm, AMX tiles, the int8 GEMM or the bf16 GEMM.
+  enum class Path { kDecode, kSgemm, kAmx, kInt8, kBf16 };
+  Path path(const WeightView& w, int64_t n_tokens) const;
   // Whether prefill against these weights runs on AMX tiles (see the paths above).
   bool uses_amx(const WeightView& w) const {
     return amx_ && w.dtype != DType::kF32 && w.n_in % 32 == 0;
@@ -128,7 +135,7 @@ class Matmul {
 
  private:
   void run_decode(const WeightView& w, const float* x, int64_t n_tokens, float* y);
-  void run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+  void run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y);  // sgemm
   void run_prefill_amx(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   void run_prefill_int8(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   void run_prefill_bf16(const WeightView& w, const float* x, int64_t n_tokens, float* y);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -124,25 +125,17 @@ std::vector<Case> make_cases(DType dtype, const std::vector<int64_t>& n_ins, con
 // (so scratch left by a larger call is exercised), one pool alive at a time. The row split
 // over threads is ISA-independent, so only the best ISA runs with 2 and 3 threads (3: more
 // than a 2-core test machine has, and an uneven split); the others run on 1 thread.
-// Which (ISA, weights) pairs a test runs: all, only those whose prefill takes the int8 GEMM
-// (`kInt8`) or the bf16 one (`kBf16`), or those whose prefill takes neither (`kExact`).
-enum class Paths { kAll, kInt8, kBf16, kExact };
+// Which calls a test runs: those whose Matmul::path (for that ISA, weights and token count)
+// is in `paths` (empty: all).
+using Paths = std::vector<Matmul::Path>;
+const Paths kExactPaths = {Matmul::Path::kDecode, Matmul::Path::kSgemm, Matmul::Path::kAmx};
+const Paths kDecodeArithmetic = {Matmul::Path::kDecode, Matmul::Path::kInt8};  // matmul_decode_reference's
 
-bool runs(Paths paths, const Matmul& m, const WeightView& w) {
-  switch (paths) {
-    case Paths::kAll:
-      return true;
-    case Paths::kInt8:
-      return m.uses_int8(w);
-    case Paths::kBf16:
-      return m.uses_bf16(w);
-    case Paths::kExact:
-      return !m.uses_int8(w) && !m.uses_bf16(w);
-  }
-  return false;
+bool runs(const Paths& paths, const Matmul& m, const WeightView& w, int64_t n_tokens) {
+  return paths.empty() || std::find(paths.begin(), paths.end(), m.path(w, n_tokens)) != paths.end();
 }
 
-double run_cases(DType dtype, const std::vector<Case>& cases, Paths paths = Paths::kAll,
+double run_cases(DType dtype, const std::vector<Case>& cases, const Paths& paths = {},
                  int64_t max_tokens = kMaxTokens) {
   double worst = 0.0;
   for (Isa isa : supported_isas())
@@ -151,7 +144,7 @@ double run_cases(DType dtype, const std::vector<Case>& cases, Paths paths = Path
       ThreadPool pool(threads);
       Matmul matmul(pool, max_tokens, kMaxIn, kMaxOut, isa);
       for (const Case& c : cases) {
-        if (!runs(paths, matmul, c.w.view)) continue;
+        if (!runs(paths, matmul, c.w.view, c.n_tokens)) continue;
         std::vector<float> y(c.want.size(), std::nanf(""));
         matmul.run(c.w.view, c.x.data(), c.n_tokens, y.data());
         std::ostringstream what;
@@ -193,7 +186,23 @@ TEST_P(MatmulByDType, BatchedDecodeMatchesDecodeReference) {
   Rng rng(150 + static_cast<int>(dtype));
   const std::vector<int64_t> n_tokens = {Matmul::kBlasMinTokens, 15, 22, Matmul::kDecodeMaxTokens};
   for (int64_t t : n_tokens) ASSERT_TRUE(Matmul::uses_decode_kernels(dtype, t));
-  record_worst(run_cases(dtype, make_cases(dtype, {64, 288, 4096}, n_tokens, matmul_decode_reference, rng)));
+  record_worst(run_cases(dtype, make_cases(dtype, {64, 288, 4096}, n_tokens, matmul_decode_reference, rng),
+                         kDecodeArithmetic));
+}
+
+// Batched decode steps of F16/BF16 weights stay on the f32 decode kernels (exact to float
+// rounding whatever the batch) even where the bf16 GEMM runs prefill.
+TEST_P(MatmulByDType, BatchedDecodeOfHalfWeightsStaysF32) {
+  const DType dtype = GetParam();
+  if (dtype != DType::kF16 && dtype != DType::kBF16) return;
+  ThreadPool pool(1);
+  Matmul probe(pool, kMaxTokens, kMaxIn, kMaxOut);
+  const WeightView view{nullptr, dtype, 1, 256};
+  for (int64_t t = 1; t <= Matmul::kDecodeMaxTokens; ++t) EXPECT_EQ(probe.path(view, t), Matmul::Path::kDecode) << t;
+  const Matmul::Path prefill = probe.path(view, Matmul::kDecodeMaxTokens + 1);
+  EXPECT_EQ(prefill, probe.uses_amx(view)    ? Matmul::Path::kAmx
+                    : probe.uses_bf16(view) ? Matmul::Path::kBf16
+                                            : Matmul::Path::kSgemm);
 }
 
 // Prefill path (sgemm on dequantized weights, x unquantized) against the double reference.
@@ -206,7 +215,7 @@ TEST_P(MatmulByDType, PrefillMatchesReference) {
   }
   ASSERT_FALSE(n_tokens.empty());
   record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 96, 288, 4096}, n_tokens, matmul_reference, rng),
-                         Paths::kExact));
+                         kExactPaths));
 }
 
 // The int8 prefill GEMM (quantized weights on AVX-512 VNNI without AMX) against the decode
@@ -228,7 +237,7 @@ TEST_P(MatmulByDType, Int8PrefillMatchesDecodeReference) {
   const std::vector<int64_t> n_tokens = {Matmul::kDecodeMaxTokens + 1, 64, 97};
   for (int64_t t : n_tokens) ASSERT_FALSE(Matmul::uses_decode_kernels(dtype, t));
   record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 288, 4096}, n_tokens, matmul_decode_reference, rng),
-                         Paths::kInt8, 100));
+                         {Matmul::Path::kInt8}, 100));
 }
 
 // The bf16 prefill GEMM (F16/BF16 weights on AVX-512 BF16 without AMX) against its
@@ -250,7 +259,7 @@ TEST_P(MatmulByDType, Bf16PrefillMatchesBf16Reference) {
   const std::vector<int64_t> n_tokens = {Matmul::kDecodeMaxTokens + 1, 64, 97};
   for (int64_t t : n_tokens) ASSERT_FALSE(Matmul::uses_decode_kernels(dtype, t));
   record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 288, 4096}, n_tokens, matmul_bf16_reference, rng),
-                         Paths::kBf16, 100));
+                         {Matmul::Path::kBf16}, 100));
 }
 
 // The bf16 reference against the exact product: each bf16 rounding within 2^-8, so each
