@@ -6,9 +6,10 @@ rooflines) and writes curve.svg (decode t/s against context length) into the run
 
 Rooflines: decode = read bandwidth (membw.json, 2 threads) / (weight bytes read per token + the
 f16 KV bytes read at that depth); prefill and batched = FLOPs / the measured peak in
-peak.json, if there: the f32 FMA peak for the f16 model (Pagoda multiplies f16 weights in
-f32), the int8 VNNI peak (vpdpbusd) for the quantized ones, whose prefill both engines run
-as int8 dot products. Weight bytes: every tensor of the
+peak.json, if there: for the f16 model's prefill the weight GEMMs at the bf16 peak
+(vdpbf16ps: Pagoda's prefill path for f16 weights) and attention at the f32 FMA peak; its
+batched steps at the f32 peak (Pagoda's decode steps stay f32); the int8 VNNI peak
+(vpdpbusd) for the quantized models' prefill, which both engines run as int8 dot products. Weight bytes: every tensor of the
 GGUF file but token_embd (one row of it is read per token) unless it doubles as the output.
 """
 import glob
@@ -156,6 +157,7 @@ def main():
     peak = load(os.path.join(out, "peak.json")) if os.path.exists(os.path.join(out, "peak.json")) else {}
     f32_peak = peak.get("f32_fma_gflops")
     int8_peak = peak.get("int8_vnni_gops") or f32_peak
+    bf16_peak = peak.get("bf16_dp_gflops") or f32_peak
     models = {}
     for key, name in (("m110", "llama-110m-f16"), ("q8", "tinyllama-1.1b-q8_0"), ("q4", "tinyllama-1.1b-q4_k_m")):
         path = os.path.join(os.environ.get("MODEL_DIR", "/work/models"), name + ".gguf")
@@ -163,7 +165,7 @@ def main():
             models[key] = model_facts(path)
     print(f"Native llama.cpp {meta['llama_cpp_commit']} vs Pagoda {meta['pagoda_commit']}, {meta['threads']} threads, "
           f"median of {meta['rounds']} interleaved rounds, Pagoda KV {meta['pagoda_kv']}, llama.cpp KV f16, "
-          f"{meta['date']}; read bandwidth {bw if bw else '?'} GB/s, f32 FMA peak {f32_peak or '?'} GFLOP/s, int8 VNNI peak {int8_peak or '?'} GOP/s\n")
+          f"{meta['date']}; read bandwidth {bw if bw else '?'} GB/s, f32 FMA peak {f32_peak or '?'} GFLOP/s, bf16 peak {bf16_peak or '?'} GFLOP/s, int8 VNNI peak {int8_peak or '?'} GOP/s\n")
     print("| work (same GGUF) | llama.cpp native | Pagoda | ratio | roofline | Pagoda % of roofline |")
     print("|---|---:|---:|---:|---:|---:|")
 
@@ -172,6 +174,11 @@ def main():
 
     def flops_per_token(m, ctx):
         return 2 * m["matmul_params"] + 4 * m["n_layer"] * m["n_head"] * m["hd"] * ctx
+
+    def seconds_per_token(m, ctx, matmul_peak):
+        # weight GEMMs at matmul_peak, attention (f32) at the f32 FMA peak
+        return (2 * m["matmul_params"] / (matmul_peak * 1e9) +
+                4 * m["n_layer"] * m["n_head"] * m["hd"] * ctx / (f32_peak * 1e9))
 
     def line(label, lv, pv, unit, roof=None, higher_better=True):
         if lv is None or pv is None:
@@ -191,14 +198,14 @@ def main():
         p, l, _ = collect(out, row, get_pp if is_pp else get_tg, llama_ts)
         roof = None
         if m and is_pp and f32_peak:
-            roof = f32_peak * 1e9 / flops_per_token(m, (n + 1) / 2)
+            roof = 1 / seconds_per_token(m, (n + 1) / 2, bf16_peak)
         if m and not is_pp and bw:
             roof = bw * 1e9 / (m["weight_bytes"] + kv_bytes(m, depth + n / 2))
         line(label, l, p, "t/s", roof)
     p, l, _ = collect(out, "batched16", serving_seconds, batched_seconds)
     if p and l:
         roof_s = None
-        if m and f32_peak:
+        if m and f32_peak:  # prompts and decode steps alike at the f32 peak: decode steps stay f32
             roof_s = 16 * 128 * flops_per_token(m, 64) / (f32_peak * 1e9)
         pct = f"{100 * roof_s / p:.0f}%" if roof_s else "—"
         rs = f"{roof_s:.2f} s" if roof_s else "—"
