@@ -417,14 +417,22 @@ void Matmul::run_decode(const WeightView& w, const float* x, int64_t n_tokens, f
       ThreadPool::grain_for(w.n_in * n_tokens, ThreadPool::kMinWorkPerThread, kDecodeRowGrain));
 }
 
+namespace {
+
+// What a prefill path's pool lambdas capture: one pointer to this, so std::function stores it
+// inline (no allocation per call).
+struct PrefillJob {
+  Matmul* self;
+  const WeightView* w;
+  const float* x;
+  int64_t n_tokens;
+  float* y;
+};
+
+}  // namespace
+
 void Matmul::run_prefill_amx(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  struct Job {
-    Matmul* self;
-    const WeightView* w;
-    const float* x;
-    int64_t n_tokens;
-    float* y;
-  } job{this, &w, x, n_tokens, y};
+  PrefillJob job{this, &w, x, n_tokens, y};
   const int64_t n_in = w.n_in;
   pool_.parallel_for(
       n_tokens,
@@ -459,13 +467,7 @@ void Matmul::run_prefill_amx(const WeightView& w, const float* x, int64_t n_toke
 }
 
 void Matmul::run_prefill_int8(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  struct Job {
-    Matmul* self;
-    const WeightView* w;
-    const float* x;
-    int64_t n_tokens;
-    float* y;
-  } job{this, &w, x, n_tokens, y};
+  PrefillJob job{this, &w, x, n_tokens, y};
   pool_.parallel_for(
       n_tokens,
       [&job](int64_t begin, int64_t end, int thread) {
@@ -489,13 +491,7 @@ void Matmul::run_prefill_int8(const WeightView& w, const float* x, int64_t n_tok
 }
 
 void Matmul::run_prefill_bf16(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  struct Job {
-    Matmul* self;
-    const WeightView* w;
-    const float* x;
-    int64_t n_tokens;
-    float* y;
-  } job{this, &w, x, n_tokens, y};
+  PrefillJob job{this, &w, x, n_tokens, y};
   pool_.parallel_for(
       n_tokens,
       [&job](int64_t begin, int64_t end, int) {
@@ -516,13 +512,7 @@ void Matmul::run_prefill_bf16(const WeightView& w, const float* x, int64_t n_tok
 }
 
 void Matmul::run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  struct Job {
-    Matmul* self;
-    const WeightView* w;
-    const float* x;
-    int64_t n_tokens;
-    float* y;
-  } job{this, &w, x, n_tokens, y};
+  PrefillJob job{this, &w, x, n_tokens, y};
   pool_.parallel_for(
       w.n_out,
       [&job](int64_t begin, int64_t end, int thread) {
