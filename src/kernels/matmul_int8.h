@@ -1,6 +1,7 @@
 // Internal to the kernels: the int8 prefill GEMM (AVX-512 VNNI `vpdpbusd`) for quantized
-// weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), used by Matmul::run_prefill on Isa::kAvx512 when
-// the CPU has no usable AMX. Nothing is dequantized to f32: x is quantized exactly as the
+// weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), Matmul::Path::kInt8: prefill and batched decode
+// steps of Matmul::kInt8MinTokens or more tokens on Isa::kAvx512 when the CPU has no usable
+// AMX. Nothing is dequantized to f32: x is quantized exactly as the
 // decode path quantizes it (Q8_0 blocks for Q8_0/Q4_0 weights, Q8_K super-blocks for the
 // k-quants) and dotted in integers against the weights' own quants, so every output is
 // matmul_decode_reference's arithmetic (integer block dots, the same scale products) up to
