@@ -300,7 +300,7 @@ Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max
     }
     if (isa == Isa::kAvx512 && !amx_ && max_in % 2 == 0 && detail::bf16_usable()) {
       bf16_ = std::make_unique<detail::Bf16Scratch>();
-      bf16_->x.resize(static_cast<size_t>(detail::bf16_pad_tokens(max_tokens) * max_in + 32));
+      bf16_->x.resize(static_cast<size_t>(detail::panel_pad_tokens(max_tokens) * max_in + 32));
       bf16_->w.resize(static_cast<size_t>(pool.num_threads()));
       for (auto& w : bf16_->w) w.resize(static_cast<size_t>(detail::kBf16RowChunk * max_in));
     }
@@ -494,8 +494,9 @@ void Matmul::run_prefill_bf16(const WeightView& w, const float* x, int64_t n_tok
   PrefillJob job{this, &w, x, n_tokens, y};
   pool_.parallel_for(
       n_tokens,
-      [&job](int64_t begin, int64_t end, int) {
-        detail::bf16_prepare_x(job.x, begin, end, job.w->n_in, job.self->bf16_->x_data());
+      [&job](int64_t begin, int64_t end, int thread) {
+        detail::Bf16Scratch& s = *job.self->bf16_;
+        detail::bf16_prepare_x(job.x, begin, end, job.w->n_in, s.w[static_cast<size_t>(thread)].data(), s.x_data());
       },
       ThreadPool::grain_for(w.n_in, ThreadPool::kMinWorkPerThread));
   detail::bf16_pad_x(n_tokens, w.n_in, bf16_->x_data());

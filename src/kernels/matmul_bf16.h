@@ -14,8 +14,8 @@
 // reference to 1e-2 of it against the exact product).
 //
 // Layouts (uint16 = bf16 bits):
-//   x panel  [groups, n_in / 2, kLanes, 2]  values 2*k2, 2*k2 + 1 of token kLanes*g + lane,
-//            padded with zero tokens to a multiple of kLanes
+//   x panel  [groups, n_in / 2, kPanelLanes, 2]  the token panel (kernels/matmul_panel.h):
+//            values 2*k2, 2*k2 + 1 of token kPanelLanes*g + lane, padding tokens zero
 //   w rows   [rows, n_in] row-major, one chunk of at most kBf16RowChunk rows per step (F16
 //            converted, BF16 copied), zero rows up to a multiple of 8
 // A tile is 8 weight rows x 1 or 2 registers of 16 tokens: per pair of inputs, the tokens'
@@ -26,13 +26,11 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/matmul_panel.h"
 
 namespace pagoda::kernels::detail {
 
-inline constexpr int64_t kBf16Lanes = 16;
 inline constexpr int64_t kBf16RowChunk = 32;  // a multiple of 8
-
-inline int64_t bf16_pad_tokens(int64_t n) { return (n + kBf16Lanes - 1) / kBf16Lanes * kBf16Lanes; }
 
 // The CPU has AVX512-BF16 (CPUID.(7,1):EAX bit 5).
 bool bf16_usable();
@@ -43,9 +41,10 @@ struct Bf16Scratch {
   uint16_t* x_data() { return x.data() + (64 - reinterpret_cast<uintptr_t>(x.data()) % 64) % 64 / 2; }
 };
 
-// Tokens [t_begin, t_end) of x [n_tokens, n_in] into the panel; bf16_pad_x zeroes the
-// padding tokens after n_tokens.
-void bf16_prepare_x(const float* x, int64_t t_begin, int64_t t_end, int64_t n_in, uint16_t* panel);
+// Tokens [t_begin, t_end) of x [n_tokens, n_in] into the panel, each converted in `row`
+// ([n_in] scratch: the calling thread's w rows, which the GEMM pass overwrites later);
+// bf16_pad_x zeroes the padding tokens after n_tokens.
+void bf16_prepare_x(const float* x, int64_t t_begin, int64_t t_end, int64_t n_in, uint16_t* row, uint16_t* panel);
 void bf16_pad_x(int64_t n_tokens, int64_t n_in, uint16_t* panel);
 
 // y[t * ldy + o] for t < n_tokens, o in [o_begin, o_end) (at most kBf16RowChunk rows), the

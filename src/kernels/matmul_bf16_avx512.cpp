@@ -40,7 +40,7 @@ void convert_row(const WeightView& w, int64_t o, uint16_t* dst) {
   for (; i < n; ++i) dst[i] = fp32_to_bf16(fp16_to_fp32(src[i]));
 }
 
-// out [kR, 2, kBf16Lanes]: rows r0 .. r0 + 7 of w_rows against kG token registers.
+// out [kR, 2, kPanelLanes]: rows r0 .. r0 + 7 of w_rows against kG token registers.
 template <int kG>
 void tile(const uint16_t* w_rows, int64_t n_in, const uint16_t* const xg[2], float* out) {
   __m512 acc[kR][kG];
@@ -53,7 +53,7 @@ void tile(const uint16_t* w_rows, int64_t n_in, const uint16_t* const xg[2], flo
   for (int64_t k2 = 0; k2 < n2; ++k2) {
     __m512bh x[kG];
 #pragma GCC unroll 2
-    for (int g = 0; g < kG; ++g) x[g] = reinterpret_cast<__m512bh>(_mm512_load_si512(xg[g] + k2 * 2 * kBf16Lanes));
+    for (int g = 0; g < kG; ++g) x[g] = reinterpret_cast<__m512bh>(_mm512_load_si512(xg[g] + k2 * 2 * kPanelLanes));
 #pragma GCC unroll 8
     for (int r = 0; r < kR; ++r) {
       const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(load_i32(w_rows + r * n_in + 2 * k2)));
@@ -64,34 +64,25 @@ void tile(const uint16_t* w_rows, int64_t n_in, const uint16_t* const xg[2], flo
 #pragma GCC unroll 8
   for (int r = 0; r < kR; ++r)
 #pragma GCC unroll 2
-    for (int g = 0; g < kG; ++g) _mm512_storeu_ps(out + (2 * r + g) * kBf16Lanes, acc[r][g]);
+    for (int g = 0; g < kG; ++g) _mm512_storeu_ps(out + (2 * r + g) * kPanelLanes, acc[r][g]);
 }
 
 }  // namespace
 
-void bf16_prepare_x(const float* x, int64_t t_begin, int64_t t_end, int64_t n_in, uint16_t* panel) {
-  const int64_t n2 = n_in / 2;
+void bf16_prepare_x(const float* x, int64_t t_begin, int64_t t_end, int64_t n_in, uint16_t* row, uint16_t* panel) {
   for (int64_t t = t_begin; t < t_end; ++t) {
     const float* xt = x + t * n_in;
-    const int64_t g = t / kBf16Lanes, lane = t % kBf16Lanes;
-    uint16_t* dst = panel + (g * n2 * kBf16Lanes + lane) * 2;
-    alignas(32) uint16_t row[16];
     int64_t i = 0;
     for (; i + 16 <= n_in; i += 16) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(row), to_bf16(_mm512_loadu_ps(xt + i)));
-      for (int p = 0; p < 8; ++p) std::memcpy(dst + (i / 2 + p) * kBf16Lanes * 2, row + 2 * p, 4);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + i), to_bf16(_mm512_loadu_ps(xt + i)));
     }
-    for (; i < n_in; ++i) dst[(i / 2) * kBf16Lanes * 2 + i % 2] = fp32_to_bf16(xt[i]);
+    for (; i < n_in; ++i) row[i] = fp32_to_bf16(xt[i]);
+    panel_put(row, n_in / 2, t, 0, reinterpret_cast<uint8_t*>(panel));
   }
 }
 
 void bf16_pad_x(int64_t n_tokens, int64_t n_in, uint16_t* panel) {
-  const int64_t n2 = n_in / 2;
-  for (int64_t t = n_tokens; t < bf16_pad_tokens(n_tokens); ++t) {
-    const int64_t g = t / kBf16Lanes, lane = t % kBf16Lanes;
-    uint16_t* dst = panel + (g * n2 * kBf16Lanes + lane) * 2;
-    for (int64_t k2 = 0; k2 < n2; ++k2) std::memset(dst + k2 * kBf16Lanes * 2, 0, 4);
-  }
+  panel_pad(n_tokens, n_in / 2, 0, reinterpret_cast<uint8_t*>(panel));
 }
 
 void bf16_gemm_rows(const WeightView& w, int64_t o_begin, int64_t o_end, const uint16_t* panel, int64_t n_tokens,
@@ -101,24 +92,19 @@ void bf16_gemm_rows(const WeightView& w, int64_t o_begin, int64_t o_end, const u
   const int64_t rows_pad = (rows + kR - 1) / kR * kR;
   for (int64_t r = 0; r < rows; ++r) convert_row(w, o_begin + r, w_rows + r * n_in);
   std::memset(w_rows + rows * n_in, 0, static_cast<size_t>((rows_pad - rows) * n_in) * 2);
-  const int64_t groups = bf16_pad_tokens(n_tokens) / kBf16Lanes;
-  alignas(64) float out[kR][2][kBf16Lanes];
+  const int64_t groups = panel_pad_tokens(n_tokens) / kPanelLanes;
+  alignas(64) float out[kR][2][kPanelLanes];
   for (int64_t g0 = 0; g0 < groups; g0 += 2) {
     const int64_t n_groups = std::min<int64_t>(2, groups - g0);
-    const uint16_t* xg[2] = {panel + g0 * n_in * kBf16Lanes, panel + (g0 + n_groups - 1) * n_in * kBf16Lanes};
-    const int64_t t_end = std::min(n_tokens, (g0 + n_groups) * kBf16Lanes);
+    const uint16_t* xg[2] = {panel + g0 * n_in * kPanelLanes, panel + (g0 + n_groups - 1) * n_in * kPanelLanes};
+    const int64_t t_end = std::min(n_tokens, (g0 + n_groups) * kPanelLanes);
     for (int64_t r0 = 0; r0 < rows_pad; r0 += kR) {
       if (n_groups == 2) {
         tile<2>(w_rows + r0 * n_in, n_in, xg, &out[0][0][0]);
       } else {
         tile<1>(w_rows + r0 * n_in, n_in, xg, &out[0][0][0]);
       }
-      const int64_t r_end = std::min<int64_t>(kR, rows - r0);
-      for (int64_t t = g0 * kBf16Lanes; t < t_end; ++t) {
-        const int64_t g = t / kBf16Lanes - g0, lane = t % kBf16Lanes;
-        float* yt = y + t * ldy + o_begin + r0;
-        for (int64_t r = 0; r < r_end; ++r) yt[r] = out[r][g][lane];
-      }
+      panel_write_tile<kR>(out, std::min<int64_t>(kR, rows - r0), g0, t_end, y + o_begin + r0, ldy);
     }
   }
 }

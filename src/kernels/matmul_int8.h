@@ -15,11 +15,12 @@
 // is taken out exactly by starting each block's sum at bias = -128 * sum_k c (per weight
 // row), so no horizontal sums are needed and every integer result equals the reference's.
 //
-// x panel (Int8X), tokens in groups of kLanes, padded with zero tokens (u = 128, d = 0) to
-// a multiple of kLanes:
-//   u  [groups, n_in / 4, kLanes, 4] u8    q + 128 of token kLanes*g + lane, inputs 4*k4 ..
-//   d  [groups, n_in / B, kLanes]    f32   Q8_0: block scale (B = 32); Q8_K: super-block scale (B = 256)
-//   xs [groups, n_in / 256, 4, kLanes] i32 Q4_K/Q5_K: sub-block sums of the quants, pairs
+// x panel (Int8X), tokens in groups of kPanelLanes, padded with zero tokens (u = 128, d = 0)
+// to a multiple of kPanelLanes:
+//   u  [groups, n_in / 4, kPanelLanes, 4] u8    the token panel (kernels/matmul_panel.h): q + 128 of
+//                                          token kPanelLanes*g + lane, inputs 4*k4 .. 4*k4 + 3
+//   d  [groups, n_in / B, kPanelLanes]    f32   Q8_0: block scale (B = 32); Q8_K: super-block scale (B = 256)
+//   xs [groups, n_in / 256, 4, kPanelLanes] i32 Q4_K/Q5_K: sub-block sums of the quants, pairs
 //      (j = 2p low 16 bits, 2p + 1 high), for the mins term (vpdpwssd)
 // Weight rows (Int8W), unpacked per chunk of at most kInt8RowChunk rows (padded to 4 with
 // zero rows):
@@ -36,14 +37,11 @@
 
 #include "core/dtype.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_panel.h"
 
 namespace pagoda::kernels::detail {
 
-inline constexpr int64_t kLanes = 16;          // tokens per register
-inline constexpr int64_t kInt8TokenStep = 16;  // panel padding: one register of tokens (a tile takes 1 or 2)
-inline constexpr int64_t kInt8RowChunk = 32;   // weight rows unpacked per step (a multiple of 4)
-
-inline int64_t int8_pad_tokens(int64_t n) { return (n + kInt8TokenStep - 1) / kInt8TokenStep * kInt8TokenStep; }
+inline constexpr int64_t kInt8RowChunk = 32;  // weight rows unpacked per step (a multiple of 4)
 
 // The dtypes the int8 GEMM takes.
 inline bool int8_gemm_dtype(DType dtype) {
@@ -87,7 +85,7 @@ void int8_quantize_q8k(const float* x, BlockQ8_K* y, int64_t n);
 void int8_prepare_x(DType dtype, const float* x, int64_t t_begin, int64_t t_end, int64_t n_in,
                     void (*quantize_x)(const float*, int64_t, int8_t*, float*, float*, int64_t), Int8X& panel,
                     Int8W& w);
-// Zero tokens [n_tokens, int8_pad_tokens(n_tokens)) of the panel.
+// Zero tokens [n_tokens, panel_pad_tokens(n_tokens)) of the panel.
 void int8_pad_x(DType dtype, int64_t n_tokens, int64_t n_in, Int8X& panel);
 
 // Rows [o_begin, o_begin + rows) of the weights into w (rows <= kInt8RowChunk), then zero

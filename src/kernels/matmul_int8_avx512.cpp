@@ -27,7 +27,7 @@ inline int32_t load_i32(const void* p) {
 
 constexpr int kR = 4;
 
-// out [kR, 2, kLanes]: the tile's results, row-major.
+// out [kR, 2, kPanelLanes]: the tile's results, row-major.
 template <int kG>
 inline void zero(__m512 acc[kR][kG]) {
 #pragma GCC unroll 4
@@ -40,7 +40,7 @@ inline void store(__m512 acc[kR][kG], float* out) {
 #pragma GCC unroll 4
   for (int r = 0; r < kR; ++r)
 #pragma GCC unroll 2
-    for (int g = 0; g < kG; ++g) _mm512_storeu_ps(out + (2 * r + g) * kLanes, acc[r][g]);
+    for (int g = 0; g < kG; ++g) _mm512_storeu_ps(out + (2 * r + g) * kPanelLanes, acc[r][g]);
 }
 
 struct TileArgs {
@@ -83,7 +83,7 @@ void tile_block32(const TileArgs& a, float* out) {
     }
     #pragma GCC unroll 2
     for (int g = 0; g < kG; ++g) {
-      const __m512 dx = _mm512_loadu_ps(a.d[g] + b * kLanes);
+      const __m512 dx = _mm512_loadu_ps(a.d[g] + b * kPanelLanes);
       #pragma GCC unroll 4
       for (int r = 0; r < kR; ++r) {
         const __m512 sw = _mm512_set1_ps(scale[r * nb + b]);
@@ -140,7 +140,7 @@ void tile_kquant(const TileArgs& a, float* out) {
     }
     #pragma GCC unroll 2
     for (int g = 0; g < kG; ++g) {
-      const __m512 dx = _mm512_loadu_ps(a.d[g] + s * kLanes);
+      const __m512 dx = _mm512_loadu_ps(a.d[g] + s * kPanelLanes);
       #pragma GCC unroll 4
       for (int r = 0; r < kR; ++r) {
         const int64_t si = si0 + r * ns + s;
@@ -150,7 +150,7 @@ void tile_kquant(const TileArgs& a, float* out) {
           __m512i off = _mm512_setzero_si512();
           #pragma GCC unroll 4
           for (int p = 0; p < 4; ++p) {
-            off = _mm512_dpwssd_epi32(off, _mm512_loadu_si512(a.xs[g] + (s * 4 + p) * kLanes),
+            off = _mm512_dpwssd_epi32(off, _mm512_loadu_si512(a.xs[g] + (s * 4 + p) * kPanelLanes),
                                       _mm512_set1_epi32(a.w->mins[si * 4 + p]));
           }
           const __m512 dm = _mm512_mul_ps(dx, _mm512_set1_ps(a.w->dmin[si]));
@@ -192,27 +192,22 @@ void int8_gemm_rows(const WeightView& wv, int64_t o_begin, int64_t o_end, Int8X&
   int8_unpack_rows(wv, o_begin, rows, w);
   const TileFn tiles[2] = {tile_fn<1>(wv.dtype), tile_fn<2>(wv.dtype)};
   const int64_t nd = is_kquant(wv.dtype) ? n_in / kQK_K : n_in / kQK;
-  const int64_t groups = int8_pad_tokens(n_tokens) / kLanes;
+  const int64_t groups = panel_pad_tokens(n_tokens) / kPanelLanes;
   const uint8_t* u = panel.u_data();
-  alignas(64) float out[kR][2][kLanes];
+  alignas(64) float out[kR][2][kPanelLanes];
   for (int64_t g0 = 0; g0 < groups; g0 += 2) {
     const int64_t n_groups = std::min<int64_t>(2, groups - g0);
     TileArgs a{&w, 0, n_in, {}, {}, {}};
     for (int64_t g = 0; g < n_groups; ++g) {
-      a.u[g] = u + (g0 + g) * (n_in / 4) * kLanes * 4;
-      a.d[g] = panel.d.data() + (g0 + g) * nd * kLanes;
-      a.xs[g] = panel.xs.data() + (g0 + g) * (n_in / kQK_K) * 4 * kLanes;
+      a.u[g] = u + (g0 + g) * (n_in / 4) * kPanelLanes * 4;
+      a.d[g] = panel.d.data() + (g0 + g) * nd * kPanelLanes;
+      a.xs[g] = panel.xs.data() + (g0 + g) * (n_in / kQK_K) * 4 * kPanelLanes;
     }
-    const int64_t t_end = std::min(n_tokens, (g0 + n_groups) * kLanes);
+    const int64_t t_end = std::min(n_tokens, (g0 + n_groups) * kPanelLanes);
     for (int64_t r0 = 0; r0 < rows_pad; r0 += kR) {
       a.r0 = r0;
       tiles[n_groups - 1](a, &out[0][0][0]);
-      const int64_t r_end = std::min<int64_t>(kR, rows - r0);
-      for (int64_t t = g0 * kLanes; t < t_end; ++t) {
-        const int64_t g = t / kLanes - g0, lane = t % kLanes;
-        float* yt = y + t * ldy + o_begin + r0;
-        for (int64_t r = 0; r < r_end; ++r) yt[r] = out[r][g][lane];
-      }
+      panel_write_tile<kR>(out, std::min<int64_t>(kR, rows - r0), g0, t_end, y + o_begin + r0, ldy);
     }
   }
 }

@@ -16,7 +16,7 @@
 namespace pagoda::kernels::detail {
 
 void Int8X::resize(int64_t max_tokens, int64_t max_in) {
-  const int64_t pad = int8_pad_tokens(max_tokens);
+  const int64_t pad = panel_pad_tokens(max_tokens);
   u.resize(static_cast<size_t>(pad * max_in + 64));
   d.resize(static_cast<size_t>(pad * (max_in / kQK)));
   ds.resize(d.size());
@@ -44,18 +44,6 @@ inline int32_t load_i32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return v;
-}
-
-// ---- x panel ----
-
-// Token t's quants q (n_in bytes) into the panel as q + 128.
-void scatter_quants(const int8_t* q, int64_t t, int64_t n_in, uint8_t* u) {
-  const int64_t nk4 = n_in / 4, g = t / kLanes, lane = t % kLanes;
-  uint8_t* dst = u + (g * nk4 * kLanes + lane) * 4;
-  for (int64_t k4 = 0; k4 < nk4; ++k4) {
-    const uint32_t v = static_cast<uint32_t>(load_i32(q + 4 * k4)) ^ 0x80808080u;
-    std::memcpy(dst + k4 * kLanes * 4, &v, 4);
-  }
 }
 
 // ---- weight rows ----
@@ -231,42 +219,38 @@ void int8_prepare_x(DType dtype, const float* x, int64_t t_begin, int64_t t_end,
   uint8_t* u = panel.u_data();
   for (int64_t t = t_begin; t < t_end; ++t) {
     const float* xt = x + t * n_in;
-    const int64_t g = t / kLanes, lane = t % kLanes;
+    const int64_t g = t / kPanelLanes, lane = t % kPanelLanes;
     if (is_kquant(dtype)) {
       const int64_t ns = n_in / kQK_K;
       int8_quantize_q8k(xt, w.x_q8k.data(), n_in);
       for (int64_t s = 0; s < ns; ++s) {
         const BlockQ8_K& blk = w.x_q8k[static_cast<size_t>(s)];
         std::memcpy(w.x_qs.data() + s * kQK_K, blk.qs, kQK_K);
-        panel.d[static_cast<size_t>((g * ns + s) * kLanes + lane)] = blk.d;
+        panel.d[static_cast<size_t>((g * ns + s) * kPanelLanes + lane)] = blk.d;
         for (int p = 0; p < 4; ++p) {
           const int32_t lo = blk.bsums[4 * p] + blk.bsums[4 * p + 1];
           const int32_t hi = blk.bsums[4 * p + 2] + blk.bsums[4 * p + 3];
-          panel.xs[static_cast<size_t>(((g * ns + s) * 4 + p) * kLanes + lane)] =
+          panel.xs[static_cast<size_t>(((g * ns + s) * 4 + p) * kPanelLanes + lane)] =
               static_cast<int32_t>((static_cast<uint32_t>(lo) & 0xffffu) | (static_cast<uint32_t>(hi) << 16));
         }
       }
     } else {
       const int64_t nb = n_in / kQK;
-      float* d = panel.d.data() + g * nb * kLanes + lane;
-      quantize_x(xt, n_in, w.x_qs.data(), d, panel.ds.data() + (d - panel.d.data()), kLanes);
+      float* d = panel.d.data() + g * nb * kPanelLanes + lane;
+      quantize_x(xt, n_in, w.x_qs.data(), d, panel.ds.data() + (d - panel.d.data()), kPanelLanes);
     }
-    scatter_quants(w.x_qs.data(), t, n_in, u);
+    panel_put(w.x_qs.data(), n_in / 4, t, 0x80808080u, u);  // q + 128
   }
 }
 
 void int8_pad_x(DType dtype, int64_t n_tokens, int64_t n_in, Int8X& panel) {
-  const int64_t pad = int8_pad_tokens(n_tokens);
-  const int64_t nk4 = n_in / 4;
   const int64_t nd = is_kquant(dtype) ? n_in / kQK_K : n_in / kQK;
-  uint8_t* u = panel.u_data();
-  for (int64_t t = n_tokens; t < pad; ++t) {
-    const int64_t g = t / kLanes, lane = t % kLanes;
-    uint8_t* dst = u + (g * nk4 * kLanes + lane) * 4;
-    for (int64_t k4 = 0; k4 < nk4; ++k4) std::memset(dst + k4 * kLanes * 4, 0x80, 4);
-    for (int64_t b = 0; b < nd; ++b) panel.d[static_cast<size_t>((g * nd + b) * kLanes + lane)] = 0.0f;
+  panel_pad(n_tokens, n_in / 4, 0x80808080u, panel.u_data());  // quants 0
+  for (int64_t t = n_tokens; t < panel_pad_tokens(n_tokens); ++t) {
+    const int64_t g = t / kPanelLanes, lane = t % kPanelLanes;
+    for (int64_t b = 0; b < nd; ++b) panel.d[static_cast<size_t>((g * nd + b) * kPanelLanes + lane)] = 0.0f;
     if (is_kquant(dtype)) {
-      for (int64_t i = 0; i < nd * 4; ++i) panel.xs[static_cast<size_t>((g * nd * 4 + i) * kLanes + lane)] = 0;
+      for (int64_t i = 0; i < nd * 4; ++i) panel.xs[static_cast<size_t>((g * nd * 4 + i) * kPanelLanes + lane)] = 0;
     }
   }
 }

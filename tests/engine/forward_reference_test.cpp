@@ -25,6 +25,22 @@ struct Case {
   DType dtype;
 };
 
+// The engine's logits for every token of `tokens` on a fresh load of `file`, prefilled in
+// chunks of at most `batch` rows, blocks of 4 positions (several per sequence).
+Result<std::vector<float>> engine_logits(model::GgufFile file, int64_t batch, int threads,
+                                         const std::vector<int32_t>& tokens, const Clock& clock,
+                                         const Logger& logger) {
+  auto model = model::LlamaModel::load(std::move(file));
+  if (!model.is_ok()) return model.status();
+  engine::EngineConfig config;
+  config.num_threads = threads;
+  config.max_batch_tokens = batch;
+  config.block_size = 4;
+  auto eng = engine::Engine::create(std::move(model).value(), config, clock, logger);
+  if (!eng.is_ok()) return eng.status();
+  return eng.value()->score(tokens);
+}
+
 TEST(ForwardReference, EngineMatchesFloat64ForwardOnManyShapesAndTypes) {
   const std::vector<Case> cases = {
       {"MHA hd8 odd sizes f32", {"t", 72, 2, 9, 9, 100, 300, 64}, DType::kF32},
@@ -58,16 +74,8 @@ TEST(ForwardReference, EngineMatchesFloat64ForwardOnManyShapesAndTypes) {
     for (int64_t batch : {1, 16}) {
       for (int threads : {1, 2}) {
         SCOPED_TRACE("batch " + std::to_string(batch) + " threads " + std::to_string(threads));
-        auto file_copy = model::make_random_model(c.shape, c.dtype, 99);
-        auto model = model::LlamaModel::load(std::move(file_copy).value());
-        ASSERT_TRUE(model.is_ok()) << model.status().message();
-        engine::EngineConfig config;
-        config.num_threads = threads;
-        config.max_batch_tokens = batch;
-        config.block_size = 4;  // several blocks per sequence
-        auto eng = engine::Engine::create(std::move(model).value(), config, clock, logger);
-        ASSERT_TRUE(eng.is_ok()) << eng.status().message();
-        auto got = eng.value()->score(tokens);
+        auto got = engine_logits(model::make_random_model(c.shape, c.dtype, 99).value(), batch, threads, tokens,
+                                 clock, logger);
         ASSERT_TRUE(got.is_ok()) << got.status().message();
         // Rows computed in a chunk that takes the prefill path (dequantized weights, f32
         // activations): tight. Chunks on the decode path quantize activations.
@@ -107,15 +115,7 @@ TEST(ForwardReference, LongPrefillChunksOfHalfWeightsStayNearFloat64) {
     std::vector<int32_t> tokens;
     for (int i = 0; i < 64; ++i) tokens.push_back((i * 37 + 5) % static_cast<int32_t>(c.shape.n_vocab));
     const std::vector<double> want = reference_logits(*file, c.shape, tokens);
-    auto model = model::LlamaModel::load(std::move(file).value());
-    ASSERT_TRUE(model.is_ok()) << model.status().message();
-    engine::EngineConfig config;
-    config.num_threads = 2;
-    config.max_batch_tokens = 64;
-    config.block_size = 4;
-    auto eng = engine::Engine::create(std::move(model).value(), config, clock, logger);
-    ASSERT_TRUE(eng.is_ok()) << eng.status().message();
-    auto got = eng.value()->score(tokens);
+    auto got = engine_logits(std::move(file).value(), 64, 2, tokens, clock, logger);
     ASSERT_TRUE(got.is_ok()) << got.status().message();
     ThreadPool pool(1);
     const kernels::Matmul probe(pool, 64, 256, 256);
@@ -125,7 +125,9 @@ TEST(ForwardReference, LongPrefillChunksOfHalfWeightsStayNearFloat64) {
     for (char& ch : key) ch = ch == ' ' ? '_' : ch;
     RecordProperty(key, std::to_string(err));
     EXPECT_LT(err, bf16 ? 3e-2 : 2e-4);
-    if (bf16) EXPECT_GT(err, 2e-4);  // the rounding is really there: this chunk took the bf16 GEMM
+    if (bf16) {
+      EXPECT_GT(err, 2e-4);  // the rounding is really there: this chunk took the bf16 GEMM
+    }
   }
 }
 

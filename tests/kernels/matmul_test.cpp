@@ -163,6 +163,14 @@ void record_worst(double worst) {
   ::testing::Test::RecordProperty("worst_relative_error", text.str());
 }
 
+// A Matmul of the tests' sizes on the best ISA, to ask which path weights of `dtype` take.
+struct Probe {
+  explicit Probe(DType dtype) : view{nullptr, dtype, 1, 256} {}
+  ThreadPool pool{1};
+  Matmul matmul{pool, kMaxTokens, kMaxIn, kMaxOut};
+  WeightView view;
+};
+
 class MatmulByDType : public ::testing::TestWithParam<DType> {};
 
 // Decode path (one kernel pass of < kBlasMinTokens tokens) against the scalar reference of its arithmetic.
@@ -195,9 +203,9 @@ TEST_P(MatmulByDType, BatchedDecodeMatchesDecodeReference) {
 TEST_P(MatmulByDType, BatchedDecodeOfHalfWeightsStaysF32) {
   const DType dtype = GetParam();
   if (dtype != DType::kF16 && dtype != DType::kBF16) return;
-  ThreadPool pool(1);
-  Matmul probe(pool, kMaxTokens, kMaxIn, kMaxOut);
-  const WeightView view{nullptr, dtype, 1, 256};
+  const Probe p(dtype);
+  const Matmul& probe = p.matmul;
+  const WeightView& view = p.view;
   for (int64_t t = 1; t <= Matmul::kDecodeMaxTokens; ++t) EXPECT_EQ(probe.path(view, t), Matmul::Path::kDecode) << t;
   const Matmul::Path prefill = probe.path(view, Matmul::kDecodeMaxTokens + 1);
   EXPECT_EQ(prefill, probe.uses_amx(view)    ? Matmul::Path::kAmx
@@ -219,14 +227,14 @@ TEST_P(MatmulByDType, PrefillMatchesReference) {
 }
 
 // The int8 prefill GEMM (quantized weights on AVX-512 VNNI without AMX) against the decode
-// reference, whose arithmetic it is: token counts with 1, 2 and 3 tiles of 32 and ragged
-// tails, row counts that are not multiples of the kernel's 4 or of a thread's chunk.
+// reference, whose arithmetic it is: 49, 64 and 97 tokens (tiles of 32 tokens, ragged, and a
+// last tile of 16), row counts that are not multiples of the kernel's 4 or of a thread's chunk.
 TEST_P(MatmulByDType, Int8PrefillMatchesDecodeReference) {
   const DType dtype = GetParam();
   {
-    ThreadPool pool(1);
-    Matmul probe(pool, kMaxTokens, kMaxIn, kMaxOut);
-    const WeightView view{nullptr, dtype, 1, 256};
+    const Probe p(dtype);
+    const Matmul& probe = p.matmul;
+    const WeightView& view = p.view;
     const bool float_weights = dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
     const bool want = detect_isa() == Isa::kAvx512 && !float_weights && !probe.uses_amx(view);
     ASSERT_EQ(probe.uses_int8(view), want);
@@ -245,9 +253,9 @@ TEST_P(MatmulByDType, Int8PrefillMatchesDecodeReference) {
 TEST_P(MatmulByDType, Bf16PrefillMatchesBf16Reference) {
   const DType dtype = GetParam();
   {
-    ThreadPool pool(1);
-    Matmul probe(pool, kMaxTokens, kMaxIn, kMaxOut);
-    const WeightView view{nullptr, dtype, 1, 256};
+    const Probe p(dtype);
+    const Matmul& probe = p.matmul;
+    const WeightView& view = p.view;
     const bool half = dtype == DType::kF16 || dtype == DType::kBF16;
     if (!half) {
       EXPECT_FALSE(probe.uses_bf16(view));
@@ -274,7 +282,9 @@ TEST_P(MatmulByDType, Bf16ReferenceApproximatesExactProduct) {
   matmul_bf16_reference(w.view, x.data(), 3, got.data());
   const double worst = expect_close(got, want, abs_scale(w, x, 3), 7.9e-3, std::string(dtype_name(dtype)));
   record_worst(worst);
-  if (dtype != DType::kBF16) EXPECT_GT(worst, 0.0);  // x (and non-bf16 weights) really are rounded
+  if (dtype != DType::kBF16) {
+    EXPECT_GT(worst, 0.0);  // x (and non-bf16 weights) really are rounded
+  }
 }
 
 // The decode reference itself: exact float dots for float weights; for quantized weights
