@@ -106,6 +106,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   e->pool_threads_ = std::make_unique<ThreadPool>(threads);
   e->model_ = std::move(model);
   e->forward_ = std::make_unique<model::ForwardPass>(*e->model_, *e->pool_threads_, e->max_batch_tokens_, e->max_context_);
+  e->forward_->set_batched_bf16(config.batched_bf16);
   e->tokens_.resize(e->max_batch_tokens_);
   e->positions_.resize(e->max_batch_tokens_);
   e->rope_positions_.resize(e->max_batch_tokens_);

@@ -83,10 +83,8 @@ AttentionScratch::AttentionScratch(int num_threads, int64_t max_context, int64_t
 }
 
 int64_t AttentionScratch::tile_floats(int64_t head_dim) {
-  // K and V chunks [2, kChunk, hd], a zero row [hd], lane outputs [kTileLanes, hd], a reader row
-  // [hd] and int4 parameters [2, hd], lane max/sum/probabilities [3, kTileLanes]... rounded up.
-  const int64_t hd = (head_dim + 15) / 16 * 16;
-  return (2 * detail::kChunk + 1 + detail::kTileLanes + 3) * hd + 4 * detail::kTileLanes + 64;
+  // The tiled kernel's area (kernels/attention_tiled.h has its layout), plus slack.
+  return detail::tile_area_floats((head_dim + 15) / 16 * 16) + 64;
 }
 
 float* AttentionScratch::tile(int thread) {

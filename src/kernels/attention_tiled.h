@@ -18,6 +18,11 @@
 // Split-K (flash-decoding): when there are fewer tiles than threads, each tile's positions are
 // split into parts that run on different threads, each part keeping (max, sum, unnormalized
 // output) per lane; a final merge rescales and adds the parts.
+// Prefill tiles (more than 8 lanes of one kv head) run as matrix work instead
+// (kernels/attention_tiled_avx512.h, run_tile_part_gemm): the 16 lanes are the 16 f32 lanes of a
+// register, a chunk's scores are K_chunk x Q^T and its outputs V_chunk^T x P, each element of K
+// and V broadcast against a column of 16 lanes; the softmax runs down the chunk's keys with no
+// horizontal reduction.
 // Accuracy: f32 arithmetic, summation order differs from the scalar reference; exp is a
 // degree-6 polynomial with 2^n scaling, within 2 ulp of expf over the range softmax uses.
 #pragma once
@@ -31,6 +36,18 @@ namespace pagoda::kernels::detail {
 
 inline constexpr int64_t kTileLanes = 16;  // query lanes per tile
 inline constexpr int64_t kChunk = 16;      // key positions per step
+
+// A thread's tile area (AttentionScratch::tile, 64-byte aligned), in floats, hd = head_dim
+// (a multiple of 16):
+//   [0, 16hd)            K chunk [kChunk, hd]        [16hd, 32hd)  V chunk [kChunk, hd]
+//   [32hd, 33hd)         zero row [hd]               [33hd, 34hd)  reader row [hd]
+//   [34hd, 36hd)         int4 K channel parameters [2, hd]
+//   [36hd, 36hd + 16)    probabilities [kChunk]
+//   lane_outputs()       o [kTileLanes, hd]: a part's unnormalized outputs, lane by lane
+//   gemm_panels()        Q^T [hd, kTileLanes] then O^T [hd, kTileLanes] of the matrix-form tiles
+inline float* lane_outputs(float* area, int64_t hd) { return area + (2 * kChunk + 4) * hd + kChunk; }
+inline float* gemm_panels(float* area, int64_t hd) { return lane_outputs(area, hd) + kTileLanes * hd + 16; }
+inline int64_t tile_area_floats(int64_t hd) { return (2 * kChunk + 4 + 3 * kTileLanes) * hd + kChunk + 16; }
 
 // Whether the tiled kernel handles this layer: head_dim 16 * {1..8, 10, 12, 16}.
 inline bool tiled_attention_supports(const KvLayerView& layer) {

@@ -12,27 +12,11 @@
 
 #include "core/check.h"
 #include "kernels/attention_tiled.h"
+#include "kernels/attention_tiled_avx512.h"
 #include "kernels/kv_block.h"
 
 namespace pagoda::kernels::detail {
 namespace {
-
-// exp(x) for x <= 88 (Cephes expf: x = n ln2 + r, degree-6 polynomial in r, times 2^n).
-inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-87.3365478515625f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 y = _mm512_set1_ps(1.9875691500E-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(y, n);
-}
 
 // Lane k of the result = the sum of a[k]'s 16 lanes (a transpose-reduce, 45 instructions).
 inline __m512 reduce16(const __m512* a) {
@@ -49,26 +33,6 @@ inline __m512 reduce16(const __m512* a) {
   const __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x44), _mm512_shuffle_f32x4(w[2], w[3], 0xEE));
   return _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xDD));
 }
-
-inline int32_t block_at(const SeqSpan& seq, int64_t index) {
-  CHECK_LT(index, seq.num_blocks) << "block " << index << " beyond the block table";
-  const int32_t block = seq.block_table[index];
-  CHECK_GE(block, 0) << "attention reads block " << index << ", a hole of the block table";
-  return block;
-}
-
-// One tile: sequence s, kv heads [kv_head, kv_head + n_kv), query heads [h0, h0 + ng) of the
-// first (the same ones of each next group), batch rows [t0, t0 + nr). Lane ln is row
-// t0 + ln / (n_kv * ng), kv head kv_head + (ln / ng) % n_kv, query head h(ln) below. Tiles of
-// several kv heads (n_kv > 1, whole groups: ng == group) read their rows in place.
-struct Tile {
-  int64_t s, kv_head, n_kv, h0, ng, t0, nr;
-  int64_t lanes() const { return nr * n_kv * ng; }
-  int64_t row(int64_t ln) const { return t0 + ln / (n_kv * ng); }
-  int64_t kv_of(int64_t ln) const { return (ln / ng) % n_kv; }  // relative to kv_head
-  int64_t head(int64_t ln, int64_t group) const { return h0 + kv_of(ln) * group + ln % ng; }
-};
-constexpr int64_t kItemFields = 7;
 
 // Attended positions of one lane: [0, sink_end) and [window_begin, n_ctx).
 struct LaneMask {
@@ -163,15 +127,6 @@ inline void chunk_accumulate(float* o, const float* p, const void* const* v, int
 // once: one contiguous run). bench/kv_layout_bench --heads 12/12 --head-dim 64 --ctx 1900, f16,
 // 2 threads: 1 chunk 397-654 us a call over runs, 2 chunks 397-404, 3 chunks 403-407.
 constexpr int64_t kInPlacePrefetchChunks = 2;
-
-struct Ctx {
-  const KvLayerView& layer;
-  const float* q;
-  const int32_t* positions;
-  const SeqSpan* seqs;
-  const AttentionParams& params;
-  const KvRowOps& ops;
-};
 
 // Runs positions [lo, hi) of a tile. Leaves per lane: running max m, sum l, unnormalized output o.
 // Rows = RowsF32: each K/V row through KvRowReader (decoded once into the chunk's scratch; one
@@ -329,7 +284,6 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
   }
 }
 
-using PartFn = void (*)(const Ctx&, const Tile&, int64_t, int64_t, float*, float*, float*, float*);
 template <typename Rows>
 PartFn part_fn(int64_t hd) {
   switch (hd / 16) {
@@ -362,21 +316,23 @@ bool rows_in_place(const KvLayerView& layer) {
 // 403-416 us a call, 32/8 hd 128 900-1010 vs 732-805, 8/1 hd 64 83-87 vs 79-98.
 constexpr int64_t kInPlaceMaxLanes = 8;
 
-// The kernels of a layer: `many` for tiles of one kv head and more than kInPlaceMaxLanes lanes,
-// `few` for the others (both decode rows through KvRowReader unless rows_in_place).
+// The kernels of a layer: `many` for tiles of one kv head and more than kInPlaceMaxLanes lanes
+// (matrix form, rows through KvRowReader), `few` for the others (lane by lane; rows through
+// KvRowReader unless rows_in_place).
 struct PartFns {
   PartFn many, few;
 };
 PartFns part_fns(const KvLayerView& layer) {
   const int64_t hd = layer.head_dim;
-  if (!rows_in_place(layer)) return {part_fn<RowsF32>(hd), part_fn<RowsF32>(hd)};
+  const PartFn many = gemm_part_fn(hd);
+  if (!rows_in_place(layer)) return {many, part_fn<RowsF32>(hd)};
   switch (layer.dtype) {
-    case KvDType::kF16: return {part_fn<RowsF32>(hd), part_fn<RowsF16>(hd)};
-    case KvDType::kBF16: return {part_fn<RowsF32>(hd), part_fn<RowsBF16>(hd)};
-    case KvDType::kInt8: return {part_fn<RowsF32>(hd), part_fn<RowsInt8>(hd)};
-    case KvDType::kFp8E4M3: return {part_fn<RowsF32>(hd), part_fn<RowsE4M3>(hd)};
-    case KvDType::kFp8E5M2: return {part_fn<RowsF32>(hd), part_fn<RowsE5M2>(hd)};
-    default: return {part_fn<RowsF32Nd>(hd), part_fn<RowsF32Nd>(hd)};
+    case KvDType::kF16: return {many, part_fn<RowsF16>(hd)};
+    case KvDType::kBF16: return {many, part_fn<RowsBF16>(hd)};
+    case KvDType::kInt8: return {many, part_fn<RowsInt8>(hd)};
+    case KvDType::kFp8E4M3: return {many, part_fn<RowsE4M3>(hd)};
+    case KvDType::kFp8E5M2: return {many, part_fn<RowsE5M2>(hd)};
+    default: return {many, part_fn<RowsF32Nd>(hd)};
   }
 }
 
@@ -443,8 +399,7 @@ void paged_attention_tiled_avx512(const KvLayerView& layer, const float* q, cons
   const int64_t work_per_item = 2 * hd * std::max<int64_t>(1, work / std::max<int64_t>(1, n_tiles * parts));
   pool.parallel_for(n_tiles * parts, [&](int64_t begin, int64_t end, int thread) {
     float* area = scratch.tile(thread);
-    float* o = area + (2 * kChunk + 4) * hd + kChunk;  // [kTileLanes, hd], 64-byte aligned (hd % 16 == 0)
-    o = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(o) + 63) / 64 * 64);
+    float* o = lane_outputs(area, hd);  // [kTileLanes, hd], 64-byte aligned (hd % 16 == 0)
     float m[kTileLanes], l[kTileLanes];
     for (int64_t item = begin; item < end; ++item) {
       const Tile tile = tile_at(item / parts);

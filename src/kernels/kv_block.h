@@ -137,6 +137,16 @@ class KvRowReader {
     prefetch_bytes(blk + g_.row_offset(t, h_), g_.code_bytes);
   }
 
+  // Row t decoded into dst [head_dim] instead of the reader's row; rows read in place (f32 ND,
+  // staged int4 K) are returned where they are, dst untouched.
+  const float* row(int64_t t, float* dst) {
+    float* const keep = row_;
+    row_ = dst;
+    const float* r = row(t);
+    row_ = keep;
+    return r;
+  }
+
   // Row t (token within the block) of the selected head: [head_dim] f32, valid until the next call.
   const float* row(int64_t t) {
     const int64_t hd = g_.hd;

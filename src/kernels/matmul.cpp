@@ -344,6 +344,7 @@ void Matmul::run(const WeightView& w, const float* x, int64_t n_tokens, float* y
 Matmul::Path Matmul::path(const WeightView& w, int64_t n_tokens) const {
   if (uses_decode_kernels(w.dtype, n_tokens)) {
     if (n_tokens >= kInt8MinTokens && uses_int8(w)) return Path::kInt8;
+    if (batched_bf16_ && n_tokens >= kBf16MinTokens && uses_bf16(w)) return Path::kBf16;
     return Path::kDecode;
   }
   if (uses_amx(w)) return Path::kAmx;

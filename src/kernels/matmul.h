@@ -19,9 +19,10 @@
 //     to Q8_K (256-value blocks) and dotted per super-block. Memory-bandwidth bound on one token.
 //     From kInt8MinTokens tokens on, quantized weights go to the int8 GEMM below instead
 //     where it runs (uses_int8): the same arithmetic, 16 tokens to a register. F16/BF16
-//     weights stay on the f32 decode kernels here (the bf16 GEMM would be faster from 16
-//     tokens on, but would make a decoding sequence's numbers depend on how many others
-//     share its step, at bf16's 2^-8 instead of f32 rounding).
+//     weights stay on the f32 decode kernels here unless set_batched_bf16(true): then calls of
+//     kBf16MinTokens or more tokens run the bf16 GEMM below (about twice as fast, but a
+//     decoding sequence's numbers then depend on how many others share its step, at bf16's
+//     2^-8 instead of f32 rounding; an opt-in of the deployment, EngineConfig::batched_bf16).
 //   - prefill (n_tokens >= kBlasMinTokens): each thread dequantizes a chunk of weight rows to
 //     f32 and calls single-threaded OpenBLAS sgemm on it (F32 weights go to sgemm directly).
 //     Non-F32 weights (n_in % 32 == 0) on a CPU with AMX-BF16 (Isa::kAvx512 only) run on AMX
@@ -98,6 +99,9 @@ class Matmul {
   // x and y do not overlap.
   void run(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   Isa isa() const { return isa_; }
+  // Batched decode calls (kBf16MinTokens..kDecodeMaxTokens tokens) of F16/BF16 weights run the
+  // bf16 GEMM where uses_bf16 (see the paths above). Off by default.
+  void set_batched_bf16(bool on) { batched_bf16_ = on; }
   // The path a call of n_tokens rows against w takes (the paths above): the decode kernels,
   // dequantize + sgemm, AMX tiles, the int8 GEMM or the bf16 GEMM.
   enum class Path { kDecode, kSgemm, kAmx, kInt8, kBf16 };
@@ -128,6 +132,10 @@ class Matmul {
   // 428 GFLOP/s against the decode kernels' 271 / 285 / 251, Q4_K 295 / 404 / 474 against
   // 180 / 230 / 237; at 8 tokens half of its 16-token register would be padding).
   static constexpr int64_t kInt8MinTokens = 16;
+  // With set_batched_bf16: batched decode calls of F16/BF16 weights from this many tokens take
+  // the bf16 GEMM (matmul_bench, hot f16 weights, 16 / 32 / 48 tokens: 230 / 295 / 327 GFLOP/s
+  // against the f32 decode kernels' 156 / 161 / 112).
+  static constexpr int64_t kBf16MinTokens = 16;
   // Weight rows dequantized per sgemm call: 128 x max_in f32 per thread (64..256 measured
   // alike on Zen 4 at 512 tokens).
   static constexpr int64_t kBlasRowChunk = 128;
@@ -143,6 +151,7 @@ class Matmul {
   ThreadPool& pool_;
   Isa isa_;
   int64_t max_tokens_, max_in_, max_out_;
+  bool batched_bf16_ = false;                  // set_batched_bf16
   // x quantized to Q8_0 for the integer decode kernels (layout: kernels/matmul_isa.h).
   // Decode tokens: min(max_tokens, kDecodeMaxTokens), in groups of kDecodeGroupTokens.
   int64_t decode_groups_ = 0;                  // ceil(decode tokens / kDecodeGroupTokens)

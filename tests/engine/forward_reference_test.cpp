@@ -29,13 +29,14 @@ struct Case {
 // chunks of at most `batch` rows, blocks of 4 positions (several per sequence).
 Result<std::vector<float>> engine_logits(model::GgufFile file, int64_t batch, int threads,
                                          const std::vector<int32_t>& tokens, const Clock& clock,
-                                         const Logger& logger) {
+                                         const Logger& logger, bool batched_bf16 = false) {
   auto model = model::LlamaModel::load(std::move(file));
   if (!model.is_ok()) return model.status();
   engine::EngineConfig config;
   config.num_threads = threads;
   config.max_batch_tokens = batch;
   config.block_size = 4;
+  config.batched_bf16 = batched_bf16;
   auto eng = engine::Engine::create(std::move(model).value(), config, clock, logger);
   if (!eng.is_ok()) return eng.status();
   return eng.value()->score(tokens);
@@ -127,6 +128,47 @@ TEST(ForwardReference, LongPrefillChunksOfHalfWeightsStayNearFloat64) {
     EXPECT_LT(err, bf16 ? 3e-2 : 2e-4);
     if (bf16) {
       EXPECT_GT(err, 2e-4);  // the rounding is really there: this chunk took the bf16 GEMM
+    }
+  }
+}
+
+// EngineConfig::batched_bf16 (--batched-bf16): chunks of 20 rows, which the f32 decode kernels
+// take by default, go through the bf16 GEMM on F16/BF16 weights where the CPU has it. The
+// logits then stay within the bf16 prefill's 3e-2 of the float64 forward, and the rounding is
+// really there; off, the same chunks stay within 2e-4.
+TEST(ForwardReference, BatchedBf16StepsOfHalfWeightsStayNearFloat64) {
+  const std::vector<Case> cases = {
+      {"GQA hd8 f16", {"t", 64, 2, 8, 2, 96, 300, 80}, DType::kF16},
+      {"MQA hd64 bf16", {"t", 128, 2, 2, 1, 160, 280, 80}, DType::kBF16},
+  };
+  ManualClock clock;
+  Logger logger(LogLevel::kSilent);
+  constexpr int64_t kRows = 20;
+  static_assert(kRows >= kernels::Matmul::kBf16MinTokens && kRows <= kernels::Matmul::kDecodeMaxTokens);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    auto file = model::make_random_model(c.shape, c.dtype, 99);
+    ASSERT_TRUE(file.is_ok()) << file.status().message();
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 5) % static_cast<int32_t>(c.shape.n_vocab));
+    const std::vector<double> want = reference_logits(*file, c.shape, tokens);
+    ThreadPool pool(1);
+    kernels::Matmul probe(pool, kRows, 256, 256);
+    const kernels::WeightView view{nullptr, c.dtype, 1, c.shape.n_embd};
+    const bool bf16 = probe.uses_bf16(view);
+    probe.set_batched_bf16(true);
+    EXPECT_EQ(probe.path(view, kRows), bf16 ? kernels::Matmul::Path::kBf16 : kernels::Matmul::Path::kDecode);
+    for (bool on : {false, true}) {
+      SCOPED_TRACE(on ? "batched bf16" : "f32 decode kernels");
+      auto got = engine_logits(model::make_random_model(c.shape, c.dtype, 99).value(), kRows, 2, tokens, clock, logger, on);
+      ASSERT_TRUE(got.is_ok()) << got.status().message();
+      const double err = max_relative_error(*got, want, c.shape.n_vocab);
+      if (on && bf16) {
+        EXPECT_LT(err, 3e-2);
+        EXPECT_GT(err, 2e-4);
+      } else {
+        EXPECT_LT(err, 2e-4);
+      }
     }
   }
 }

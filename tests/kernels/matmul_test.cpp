@@ -136,13 +136,14 @@ bool runs(const Paths& paths, const Matmul& m, const WeightView& w, int64_t n_to
 }
 
 double run_cases(DType dtype, const std::vector<Case>& cases, const Paths& paths = {},
-                 int64_t max_tokens = kMaxTokens) {
+                 int64_t max_tokens = kMaxTokens, bool batched_bf16 = false) {
   double worst = 0.0;
   for (Isa isa : supported_isas())
     for (int threads : {1, 2, 3}) {
       if (threads > 1 && isa != detect_isa()) continue;
       ThreadPool pool(threads);
       Matmul matmul(pool, max_tokens, kMaxIn, kMaxOut, isa);
+      matmul.set_batched_bf16(batched_bf16);
       for (const Case& c : cases) {
         if (!runs(paths, matmul, c.w.view, c.n_tokens)) continue;
         std::vector<float> y(c.want.size(), std::nanf(""));
@@ -211,6 +212,27 @@ TEST_P(MatmulByDType, BatchedDecodeOfHalfWeightsStaysF32) {
   EXPECT_EQ(prefill, probe.uses_amx(view)    ? Matmul::Path::kAmx
                     : probe.uses_bf16(view) ? Matmul::Path::kBf16
                                             : Matmul::Path::kSgemm);
+}
+
+// Matmul::set_batched_bf16 (EngineConfig::batched_bf16): batched decode calls of F16/BF16
+// weights from kBf16MinTokens tokens on take the bf16 GEMM (where it runs), with
+// matmul_bf16_reference's arithmetic; fewer tokens and other weights keep their paths.
+TEST_P(MatmulByDType, BatchedBf16DecodeMatchesBf16Reference) {
+  const DType dtype = GetParam();
+  Probe p(dtype), q(dtype);
+  q.matmul.set_batched_bf16(true);
+  const bool half = dtype == DType::kF16 || dtype == DType::kBF16;
+  for (int64_t t = 1; t <= Matmul::kDecodeMaxTokens + 1; ++t) {
+    const bool bf16 = half && p.matmul.uses_bf16(p.view) && t >= Matmul::kBf16MinTokens;
+    EXPECT_EQ(q.matmul.path(q.view, t), bf16 ? Matmul::Path::kBf16 : p.matmul.path(p.view, t)) << t;
+  }
+  if (!half) return;
+  if (!p.matmul.uses_bf16(p.view)) GTEST_SKIP() << "this CPU has no AVX512-BF16 (or has AMX): no bf16 GEMM here";
+  Rng rng(290 + static_cast<int>(dtype));
+  const std::vector<int64_t> n_tokens = {Matmul::kBf16MinTokens, 22, Matmul::kDecodeMaxTokens};
+  for (int64_t t : n_tokens) ASSERT_TRUE(Matmul::uses_decode_kernels(dtype, t));
+  record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 288, 4096}, n_tokens, matmul_bf16_reference, rng),
+                         {Matmul::Path::kBf16}, kMaxTokens, true));
 }
 
 // Prefill path (sgemm on dequantized weights, x unquantized) against the double reference.

@@ -1,0 +1,73 @@
+// Internal to the tiled AVX-512 paged attention (kernels/attention_tiled.h): what its two
+// translation units share. Included only by files compiled for AVX-512 (*_avx512.cpp).
+//   attention_tiled_avx512.cpp       the work list, split-K and its merge; the lane-by-lane tile
+//                                    parts (decode rows, in-place multi-head tiles)
+//   attention_tiled_gemm_avx512.cpp  the matrix-form tile part of prefill tiles
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "core/check.h"
+#include "kernels/attention_tiled.h"
+#include "kernels/kv_quant.h"
+
+namespace pagoda::kernels::detail {
+
+// exp(x) for x <= 88 (Cephes expf: x = n ln2 + r, degree-6 polynomial in r, times 2^n); exactly
+// 1 at 0; tiny but not 0 far below -87 (callers mask what must be 0).
+inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-87.3365478515625f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.9875691500E-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(y, n);
+}
+
+inline int32_t block_at(const SeqSpan& seq, int64_t index) {
+  CHECK_LT(index, seq.num_blocks) << "block " << index << " beyond the block table";
+  const int32_t block = seq.block_table[index];
+  CHECK_GE(block, 0) << "attention reads block " << index << ", a hole of the block table";
+  return block;
+}
+
+// One tile: sequence s, kv heads [kv_head, kv_head + n_kv), query heads [h0, h0 + ng) of the
+// first (the same ones of each next group), batch rows [t0, t0 + nr). Lane ln is row
+// t0 + ln / (n_kv * ng), kv head kv_head + (ln / ng) % n_kv, query head h(ln) below. Tiles of
+// several kv heads (n_kv > 1, whole groups: ng == group) read their rows in place.
+struct Tile {
+  int64_t s, kv_head, n_kv, h0, ng, t0, nr;
+  int64_t lanes() const { return nr * n_kv * ng; }
+  int64_t row(int64_t ln) const { return t0 + ln / (n_kv * ng); }
+  int64_t kv_of(int64_t ln) const { return (ln / ng) % n_kv; }  // relative to kv_head
+  int64_t head(int64_t ln, int64_t group) const { return h0 + kv_of(ln) * group + ln % ng; }
+};
+inline constexpr int64_t kItemFields = 7;
+
+struct Ctx {
+  const KvLayerView& layer;
+  const float* q;
+  const int32_t* positions;
+  const SeqSpan* seqs;
+  const AttentionParams& params;
+  const KvRowOps& ops;
+};
+
+// Runs positions [lo, hi) of a tile in `area` (attention_tiled.h's layout). Leaves per lane
+// ln < tile.lanes(): running max m[ln], sum l[ln] and unnormalized output o[ln * hd, +hd).
+using PartFn = void (*)(const Ctx&, const Tile&, int64_t lo, int64_t hi, float* area, float* m, float* l, float* o);
+
+// The matrix-form part for tiles of one kv head (any format and layout: rows through
+// KvRowReader), head_dim 16 * {1..8, 10, 12, 16}; null for other head dims.
+PartFn gemm_part_fn(int64_t hd);
+
+}  // namespace pagoda::kernels::detail
