@@ -68,7 +68,8 @@ std::vector<float> make_x(int64_t n_tokens) {
   return x;
 }
 
-// Args: dtype index, n_tokens, cold (1) or hot (0), threads, isa (-1: detect_isa()).
+// Args: dtype index, n_tokens, cold (1) or hot (0), threads, isa (-1: detect_isa()),
+// batched bf16 (1: Matmul::set_batched_bf16, --batched-bf16).
 void BM_Decode(benchmark::State& state) {
   const DType dtype = kDTypes[state.range(0)];
   const int64_t n_tokens = state.range(1);
@@ -86,13 +87,15 @@ void BM_Decode(benchmark::State& state) {
   std::vector<float> y(static_cast<size_t>(n_tokens * kNOut));
   ThreadPool pool(threads);
   Matmul matmul(pool, n_tokens, kNIn, kNOut, isa);
+  matmul.set_batched_bf16(state.range(5) != 0);
   size_t next = 0;
   for (auto _ : state) {
     matmul.run(weights.views[next], x.data(), n_tokens, y.data());
     next = (next + 1) % weights.views.size();
     benchmark::ClobberMemory();
   }
-  state.SetLabel(std::string(dtype_name(dtype)) + (cold ? " cold" : " hot") + " " + isa_name(matmul.isa()));
+  state.SetLabel(std::string(dtype_name(dtype)) + (cold ? " cold" : " hot") + " " + isa_name(matmul.isa()) +
+                 (matmul.path(weights.views[0], n_tokens) == Matmul::Path::kBf16 ? " bf16" : ""));
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(matrix_bytes) * state.iterations() / 1e9,
                                               benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n_tokens * kNIn * kNOut * state.iterations() / 1e9,
@@ -147,14 +150,18 @@ void BM_ReadBandwidth(benchmark::State& state) {
 }
 
 void decode_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"dtype", "tokens", "cold", "threads", "isa"});
-  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 1, kThreads, -1});  // the number that matters
-  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 1, 1, -1});
-  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 0, 1, -1});
-  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 1, kThreads, static_cast<int>(Isa::kAvx2)});
-  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 4, 1, kThreads, -1});
-  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 7, 1, kThreads, -1});
-  for (int d = 5; d < kNumDTypes; ++d) b->Args({d, 1, 0, 1, static_cast<int>(Isa::kScalar)});  // k-quant references
+  b->ArgNames({"dtype", "tokens", "cold", "threads", "isa", "bf16"});
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 1, kThreads, -1, 0});  // the number that matters
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 1, 1, -1, 0});
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 0, 1, -1, 0});
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 1, kThreads, static_cast<int>(Isa::kAvx2), 0});
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 4, 1, kThreads, -1, 0});
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 7, 1, kThreads, -1, 0});
+  for (int d = 5; d < kNumDTypes; ++d) b->Args({d, 1, 0, 1, static_cast<int>(Isa::kScalar), 0});  // k-quant references
+  // Batched decode steps of f16 weights from DRAM: the f32 decode kernels vs --batched-bf16.
+  for (int t : {16, 32, 48})
+    for (int bf16 : {0, 1}) b->Args({1, t, 1, kThreads, -1, bf16});
+  for (int bf16 : {0, 1}) b->Args({1, 16, 0, kThreads, -1, bf16});  // their compute ceiling
   b->UseRealTime();
 }
 

@@ -17,7 +17,8 @@
 # Each round runs every row once, Pagoda then llama.cpp (one rep each, after each tool's own
 # warm-up); a row's number is the median over rounds. Both use `--threads T` (default 2),
 # llama.cpp with -mmp 0 (no mmap) and its default F16 KV cache; Pagoda with --kv-dtype f16
-# (PAGODA_KV=... to change). Model files go to MODEL_DIR (default /work/models), made once
+# (PAGODA_KV=... to change); PAGODA_BATCHED_BF16=1 runs Pagoda's batched16 / http16 rows with
+# --batched-bf16 (batched decode steps of f16 weights in bf16). Model files go to MODEL_DIR (default /work/models), made once
 # with `pagoda make-model`. Raw outputs and table.md go to --out (default
 # /tmp/pagoda-peer/DATE). Needs a Release build (BUILD_DIR, default build/) and the native
 # peer (PAGODA_PEER_CACHE, default /work/cache). Run it alone on the machine.
@@ -28,6 +29,9 @@ BUILD_DIR="${BUILD_DIR:-$REPO/build}"
 PEER_BIN="${PAGODA_PEER_CACHE:-/work/cache}/llama.cpp/build/bin"
 MODEL_DIR="${MODEL_DIR:-/work/models}"
 PAGODA_KV="${PAGODA_KV:-f16}"
+PAGODA_BATCHED_BF16="${PAGODA_BATCHED_BF16:-0}"
+BF16_FLAG=()
+[[ "$PAGODA_BATCHED_BF16" == 1 ]] && BF16_FLAG=(--batched-bf16)
 ROUNDS=3
 THREADS=2
 ROWS="pp512,tg128,pp1900,tg128d1900,batched16,http16,tl_q8,tl_q4km,curve"
@@ -80,7 +84,7 @@ if has_row tl_q4km; then TLQ4="$(model tinyllama-1.1b q4_k_m)"; fi
   echo "{\"cpu\": \"$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)\","
   echo " \"pagoda_commit\": \"$(git -C "$REPO" rev-parse --short HEAD)\","
   echo " \"llama_cpp_commit\": \"$(git -C "$PEER_BIN/../.." rev-parse --short HEAD 2>/dev/null || echo unknown)\","
-  echo " \"threads\": $THREADS, \"rounds\": $ROUNDS, \"pagoda_kv\": \"$PAGODA_KV\", \"date\": \"$(date -u +%FT%TZ)\"}"
+  echo " \"threads\": $THREADS, \"rounds\": $ROUNDS, \"pagoda_kv\": \"$PAGODA_KV\", \"batched_bf16\": $PAGODA_BATCHED_BF16, \"date\": \"$(date -u +%FT%TZ)\"}"
 } > "$OUT/meta.json"
 "$BUILD_DIR/bin/membw_bench" --json --threads 2 > "$OUT/membw.json" 2>/dev/null || true
 "$BUILD_DIR/bin/peak_flops_bench" "$THREADS" --json > "$OUT/peak.json" || true
@@ -124,12 +128,13 @@ run_row() {  # row round
       pg -m "$M110" -p 0 -n 128 --depth 1900 > "$o.pagoda.json"
       lb -m "$M110" -p 0 -n 128 -d 1900 > "$o.llama.json" ;;
     batched16)
-      "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" 512 0 > "$o.pagoda.txt"
+      "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" 512 0 100 "$PAGODA_BATCHED_BF16" > "$o.pagoda.txt"
       "$PEER_BIN/llama-batched-bench" -m "$M110" -t "$THREADS" --no-mmap -c 4096 -b 2048 -ub 512 \
         -npp 64 -ntg 64 -npl 16 --output-format jsonl 2>/dev/null > "$o.llama.jsonl" ;;
     http16)  # a fresh port per server: the previous one's connections linger in TIME_WAIT
       PORT=$(( BASE_PORT + 2 * r ))
-      serve_bench "$o.pagoda.json" "$PAGODA" serve -m "$M110" --port "$PORT" --threads "$THREADS" --kv-dtype "$PAGODA_KV" --http-threads 256
+      serve_bench "$o.pagoda.json" "$PAGODA" serve -m "$M110" --port "$PORT" --threads "$THREADS" --kv-dtype "$PAGODA_KV" --http-threads 256 \
+        "${BF16_FLAG[@]}"
       PORT=$(( BASE_PORT + 2 * r + 1 ))
       serve_bench "$o.llama.json" "$PEER_BIN/llama-server" -m "$M110" --host 127.0.0.1 --port "$PORT" -t "$THREADS" \
         --no-mmap -np 16 -c 8192 ;;

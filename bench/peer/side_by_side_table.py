@@ -8,7 +8,8 @@ Rooflines: decode = read bandwidth (membw.json, 2 threads) / (weight bytes read 
 f16 KV bytes read at that depth); prefill and batched = FLOPs / the measured peak in
 peak.json, if there: for the f16 model's prefill the weight GEMMs at the bf16 peak
 (vdpbf16ps: Pagoda's prefill path for f16 weights) and attention at the f32 FMA peak; its
-batched steps at the f32 peak (Pagoda's decode steps stay f32); the int8 VNNI peak
+16-sequence row's prompts at the bf16 peak and its decode steps at the f32 peak (Pagoda's
+decode steps stay f32), or at the bf16 peak with --batched-bf16 (meta batched_bf16); the int8 VNNI peak
 (vpdpbusd) for the quantized models' prefill, which both engines run as int8 dot products. Weight bytes: every tensor of the
 GGUF file but token_embd (one row of it is read per token) unless it doubles as the output.
 """
@@ -165,6 +166,7 @@ def main():
             models[key] = model_facts(path)
     print(f"Native llama.cpp {meta['llama_cpp_commit']} vs Pagoda {meta['pagoda_commit']}, {meta['threads']} threads, "
           f"median of {meta['rounds']} interleaved rounds, Pagoda KV {meta['pagoda_kv']}, llama.cpp KV f16, "
+          f"{'Pagoda --batched-bf16 in the 16-sequence rows, ' if meta.get('batched_bf16') else ''}"
           f"{meta['date']}; read bandwidth {bw if bw else '?'} GB/s, f32 FMA peak {f32_peak or '?'} GFLOP/s, bf16 peak {bf16_peak or '?'} GFLOP/s, int8 VNNI peak {int8_peak or '?'} GOP/s\n")
     print("| work (same GGUF) | llama.cpp native | Pagoda | ratio | roofline | Pagoda % of roofline |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -205,8 +207,9 @@ def main():
     p, l, _ = collect(out, "batched16", serving_seconds, batched_seconds)
     if p and l:
         roof_s = None
-        if m and f32_peak:  # prompts and decode steps alike at the f32 peak: decode steps stay f32
-            roof_s = 16 * 128 * flops_per_token(m, 64) / (f32_peak * 1e9)
+        if m and f32_peak:  # prompts (64 tokens each) in bf16; decode steps in f32, or bf16 with --batched-bf16
+            step_peak = bf16_peak if meta.get("batched_bf16") else f32_peak
+            roof_s = 16 * 64 * (seconds_per_token(m, 32, bf16_peak) + seconds_per_token(m, 96, step_peak))
         pct = f"{100 * roof_s / p:.0f}%" if roof_s else "—"
         rs = f"{roof_s:.2f} s" if roof_s else "—"
         print(f"| llama-110m f16, 16 sequences × (64 prompt + 64 generated), in process | {l:.2f} s (`llama-batched-bench`) "

@@ -1,6 +1,8 @@
 // Internal to the kernels: the bf16 prefill GEMM (AVX-512 BF16 `vdpbf16ps`) for F16 and BF16
 // weights, Matmul::Path::kBf16: prefill (more than Matmul::kDecodeMaxTokens tokens) on
-// Isa::kAvx512 CPUs that have AVX512-BF16 but no usable AMX; decode steps stay f32. `vdpbf16ps` does 2 multiply-adds per f32 lane, twice the rate of f32 FMA
+// Isa::kAvx512 CPUs that have AVX512-BF16 but no usable AMX; batched decode steps stay f32
+// unless Matmul::set_batched_bf16 (then from Matmul::kBf16MinTokens tokens on).
+// `vdpbf16ps` does 2 multiply-adds per f32 lane, twice the rate of f32 FMA
 // (peak_flops_bench on this CPU: 457 against 232 GFLOP/s on 2 cores).
 //
 // Arithmetic: y[t, o] = sum_i bf16(W[o, i]) * bf16(x[t, i]): both rounded to bf16 (to nearest
