@@ -9,7 +9,8 @@ f16 KV bytes read at that depth); prefill and batched = FLOPs / the measured pea
 peak.json, if there: for the f16 model's prefill the weight GEMMs at the bf16 peak
 (vdpbf16ps: Pagoda's prefill path for f16 weights) and attention at the f32 FMA peak; its
 16-sequence row's prompts at the bf16 peak and its decode steps at the f32 peak (Pagoda's
-decode steps stay f32), or at the bf16 peak with --batched-bf16 (meta batched_bf16); the int8 VNNI peak
+decode steps stay f32), or at the bf16 peak with --batched-bf16 (meta batched_bf16), each step
+no faster than reading the weights once at the read bandwidth; the int8 VNNI peak
 (vpdpbusd) for the quantized models' prefill, which both engines run as int8 dot products. Weight bytes: every tensor of the
 GGUF file but token_embd (one row of it is read per token) unless it doubles as the output.
 """
@@ -209,7 +210,11 @@ def main():
         roof_s = None
         if m and f32_peak:  # prompts (64 tokens each) in bf16; decode steps in f32, or bf16 with --batched-bf16
             step_peak = bf16_peak if meta.get("batched_bf16") else f32_peak
-            roof_s = 16 * 64 * (seconds_per_token(m, 32, bf16_peak) + seconds_per_token(m, 96, step_peak))
+            # each of the 64 decode steps reads every weight once: the slower of its FLOPs and its bytes
+            step_s = 16 * seconds_per_token(m, 96, step_peak)
+            if bw:
+                step_s = max(step_s, m["weight_bytes"] / (bw * 1e9))
+            roof_s = 16 * 64 * seconds_per_token(m, 32, bf16_peak) + 64 * step_s
         pct = f"{100 * roof_s / p:.0f}%" if roof_s else "—"
         rs = f"{roof_s:.2f} s" if roof_s else "—"
         print(f"| llama-110m f16, 16 sequences × (64 prompt + 64 generated), in process | {l:.2f} s (`llama-batched-bench`) "

@@ -77,7 +77,13 @@ void int4_params(float lo, float hi, uint16_t* scale, uint16_t* min) {
   *scale = f16_bits_of_scale((hi - m) / 15.0f);
 }
 
-// ---- scalar decoders: the reference ----
+// ---- scalar encoders and decoders: the reference ----
+void enc_f16(const float* x, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(x[i]);
+}
+void enc_bf16(const float* x, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_bf16(x[i]);
+}
 void dec_f16(const uint16_t* c, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
@@ -131,7 +137,7 @@ void axpy_group(const float* w, const float* v, int64_t g, int64_t n, float* acc
   }
 }
 
-constexpr KvRowOps kScalarOps = {dec_f16,  dec_bf16,      dec_int8,          dec_e4m3, dec_e5m2,
+constexpr KvRowOps kScalarOps = {enc_f16, enc_bf16, dec_f16,  dec_bf16,      dec_int8,          dec_e4m3, dec_e5m2,
                                  dec_int4_row, dec_int4_channels, dot_group, axpy_group};
 
 }  // namespace

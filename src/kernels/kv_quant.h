@@ -58,6 +58,10 @@ void quantize_channels_int4(const float* x, int64_t rows, int64_t x_stride, int6
 // Per-row kernels of paged attention. Decoders: out[0..n) = the dequantized values (pointers
 // to codes may be unaligned). Group kernels: one K (V) row against g <= 8 query heads.
 struct KvRowOps {
+  // Encoders (store_kv): out[0..n) = fp32_to_fp16 / fp32_to_bf16 of x, bit for bit (nearest
+  // even; the scalar functions' NaN codes).
+  void (*enc_f16)(const float* x, uint16_t* out, int64_t n);
+  void (*enc_bf16)(const float* x, uint16_t* out, int64_t n);
   void (*f16)(const uint16_t* codes, float* out, int64_t n);
   void (*bf16)(const uint16_t* codes, float* out, int64_t n);
   void (*int8)(const int8_t* codes, float scale, float* out, int64_t n);

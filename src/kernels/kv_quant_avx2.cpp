@@ -14,6 +14,14 @@ inline To bit_cast_vec(From v) {
 inline VecF load_f16(const uint16_t* p) {
   return bit_cast_vec<VecF>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
+inline void store_f16(uint16_t* p, VecF v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm256_cvtps_ph(bit_cast_vec<__m256>(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+inline void store_narrow_u16(uint16_t* p, VecU32 v) {  // every lane < 2^16
+  const __m256i w = bit_cast_vec<__m256i>(v);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+}
 inline VecI32 widen_i8(const int8_t* p) {
   return bit_cast_vec<VecI32>(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
@@ -35,7 +43,7 @@ inline float hsum(VecF v) {
 
 namespace pagoda::kernels::detail {
 const KvRowOps& kv_row_ops_avx2() {
-  static constexpr KvRowOps kOps = {dec_f16,      dec_bf16,          dec_int8,  dec_e4m3,  dec_e5m2,
+  static constexpr KvRowOps kOps = {enc_f16,      enc_bf16,          dec_f16,      dec_bf16,          dec_int8,  dec_e4m3,  dec_e5m2,
                                     dec_int4_row, dec_int4_channels, dot_group, axpy_group};
   return kOps;
 }

@@ -14,6 +14,13 @@ inline To bit_cast_vec(From v) {
 inline VecF load_f16(const uint16_t* p) {
   return bit_cast_vec<VecF>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
 }
+inline void store_f16(uint16_t* p, VecF v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_cvtps_ph(bit_cast_vec<__m512>(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+inline void store_narrow_u16(uint16_t* p, VecU32 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bit_cast_vec<__m512i>(v)));
+}
 inline VecI32 widen_i8(const int8_t* p) {
   return bit_cast_vec<VecI32>(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
@@ -29,7 +36,7 @@ inline float hsum(VecF v) { return _mm512_reduce_add_ps(bit_cast_vec<__m512>(v))
 
 namespace pagoda::kernels::detail {
 const KvRowOps& kv_row_ops_avx512() {
-  static constexpr KvRowOps kOps = {dec_f16,      dec_bf16,          dec_int8,  dec_e4m3,  dec_e5m2,
+  static constexpr KvRowOps kOps = {enc_f16,      enc_bf16,          dec_f16,      dec_bf16,          dec_int8,  dec_e4m3,  dec_e5m2,
                                     dec_int4_row, dec_int4_channels, dot_group, axpy_group};
   return kOps;
 }

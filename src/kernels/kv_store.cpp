@@ -20,15 +20,6 @@ int64_t plain_elem_bytes(KvDType dtype) {
   return dtype == KvDType::kF32 ? 4 : 2;
 }
 
-inline void store_plain(KvDType dtype, float x, uint8_t* p) {
-  if (dtype == KvDType::kF32) {
-    std::memcpy(p, &x, 4);
-  } else {
-    const uint16_t h = dtype == KvDType::kF16 ? fp32_to_fp16(x) : fp32_to_bf16(x);
-    std::memcpy(p, &h, 2);
-  }
-}
-
 inline float load_plain(KvDType dtype, const uint8_t* p) {
   if (dtype == KvDType::kF32) {
     float x;
@@ -43,18 +34,31 @@ inline float load_plain(KvDType dtype, const uint8_t* p) {
 inline void store_u16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
 
 // Writes row `t` of `block` for every head from x: [n_kv_head * head_dim] f32. Not int4 K.
-void store_rows(const KvGeom& g, int64_t block, int64_t t, const float* x) {
+// f16 / bf16 rows through ops' encoders (ND: one run; NZ: a run per 16-channel group).
+void store_rows(const KvGeom& g, int64_t block, int64_t t, const float* x, const KvRowOps& ops) {
   uint8_t* blk = g.block(block);
   const int64_t n = g.nkv * g.hd;
   switch (g.dtype) {
-    case KvDType::kF32:
+    case KvDType::kF32: {
+      auto* rows = reinterpret_cast<float*>(blk);
+      if (!g.nz) {
+        std::memcpy(rows + t * n, x, n * sizeof(float));
+        return;
+      }
+      detail::for_each_nz_run(0, n, [&](int64_t i, int64_t c, int64_t run) {
+        std::memcpy(rows + detail::nz_offset(g.B, t, c), x + i, run * sizeof(float));
+      });
+      return;
+    }
     case KvDType::kF16:
     case KvDType::kBF16: {
-      const int64_t e = plain_elem_bytes(g.dtype);
-      for (int64_t c = 0; c < n; ++c) {
-        const int64_t off = g.nz ? detail::nz_offset(g.B, t, c) : t * n + c;
-        store_plain(g.dtype, x[c], blk + off * e);
+      auto enc = g.dtype == KvDType::kF16 ? ops.enc_f16 : ops.enc_bf16;
+      auto* codes = reinterpret_cast<uint16_t*>(blk);
+      if (!g.nz) {
+        enc(x, codes + t * n, n);
+        return;
       }
+      detail::for_each_nz_run(0, n, [&](int64_t i, int64_t c, int64_t run) { enc(x + i, codes + detail::nz_offset(g.B, t, c), run); });
       return;
     }
     case KvDType::kInt8:
@@ -152,8 +156,9 @@ void check_kv_view(const KvLayerView& l) {
 }
 
 void store_kv(const KvLayerView& layer, const float* k, const float* v, const int64_t* slot_mapping,
-              int64_t n_tokens) {
+              int64_t n_tokens, Isa isa) {
   check_kv_view(layer);
+  const KvRowOps& ops = kv_row_ops(isa);
   const KvGeom gk(layer, true), gv(layer, false);
   const int64_t n = layer.slot_elems();
   const int64_t num_slots = layer.num_blocks * layer.block_size;
@@ -164,9 +169,9 @@ void store_kv(const KvLayerView& layer, const float* k, const float* v, const in
     if (layer.dtype == KvDType::kInt4) {
       stage_store_k(layer, gk, block, row, k + t * n);
     } else {
-      store_rows(gk, block, row, k + t * n);
+      store_rows(gk, block, row, k + t * n, ops);
     }
-    if (!layer.k_only) store_rows(gv, block, row, v + t * n);
+    if (!layer.k_only) store_rows(gv, block, row, v + t * n, ops);
   }
 }
 
@@ -196,7 +201,7 @@ void kv_copy_row(const KvLayerView& layer, int32_t src_block, int64_t src_row, i
 void store_k_row(const KvLayerView& layer, int32_t block, int64_t row, const float* k) {
   CHECK(layer.dtype != KvDType::kInt4) << "store_k_row: int4 K is quantized per block";
   CHECK(block >= 0 && block < layer.num_blocks && row >= 0 && row < layer.block_size);
-  store_rows(KvGeom(layer, true), block, row, k);
+  store_rows(KvGeom(layer, true), block, row, k, kv_row_ops(detect_isa()));
 }
 
 int64_t kv_stage_bytes(KvDType dtype, int64_t block_size, int64_t n_kv_head, int64_t head_dim, int64_t num_slots) {

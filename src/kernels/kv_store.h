@@ -34,6 +34,7 @@
 
 #include "core/buffer.h"
 #include "kernels/kv_format.h"
+#include "kernels/matmul.h"
 
 namespace pagoda::kernels {
 
@@ -69,9 +70,10 @@ struct KvLayerView {
 // Writes new K/V rows into their slots. k, v: [n_tokens, n_kv_head * head_dim] f32 (v unused,
 // may be null, for a K-only layer);
 // slot_mapping: [n_tokens], each < num_blocks * block_size. Single-threaded (it updates the
-// int4 stage). Quantized formats quantize each row here (int4 K: see the staging rules).
+// int4 stage). Quantized formats quantize each row here (int4 K: see the staging rules); f16
+// and bf16 rows are encoded by `isa`'s KvRowOps (bit for bit the scalar conversions).
 void store_kv(const KvLayerView& layer, const float* k, const float* v, const int64_t* slot_mapping,
-              int64_t n_tokens);
+              int64_t n_tokens, Isa isa = detect_isa());
 
 // Rewrites K row `row` of `block` for every head from k: [n_kv_head * head_dim] f32, re-encoding
 // it in the layer's format (rope_shift_k). Not int4 (its K scales span the whole block).

@@ -234,6 +234,41 @@ TEST(KvQuant, SimdDecodersMatchScalar) {
   }
 }
 
+// The f16 / bf16 row encoders of store_kv: bit for bit fp32_to_fp16 / fp32_to_bf16 on every
+// ISA, over values that round to each side, ties, f16 subnormals and underflow, overflow to
+// inf, infinities and NaNs (with payloads, which the scalar functions drop).
+TEST(KvQuant, SimdEncodersMatchScalar) {
+  Rng rng(8);
+  const KvRowOps& ref = kv_row_ops(Isa::kScalar);
+  std::vector<float> special = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.0f, 65520.0f, -70000.0f, 6.1e-5f, 6.0e-8f, 2.9e-8f,
+                                3.0e-8f, -1e-9f, INFINITY, -INFINITY, std::nanf(""), -std::nanf("")};
+  uint32_t bits[] = {0x7f800001u, 0xffc12345u, 0x3f808000u, 0x3f818000u, 0x33000000u, 0x33000001u};  // NaN payloads, bf16 ties, f16 half-ulp of the smallest subnormal
+  for (uint32_t b : bits) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    special.push_back(f);
+  }
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(detect_isa())) continue;
+    const KvRowOps& fast = kv_row_ops(isa);
+    for (int64_t n : {1, 8, 16, 30, 64, 130}) {
+      for (int trial = 0; trial < 20; ++trial) {
+        std::vector<float> x(n);
+        for (auto& v : x) v = rng.normal() * std::ldexp(1.0f, static_cast<int>(rng.next_u64() % 60) - 40);
+        if (trial % 2 == 1) {
+          for (auto& v : x) v = special[rng.next_u64() % special.size()];
+        }
+        std::vector<uint16_t> a(n + 1, 0xBEEF), b(n + 1, 0xBEEF);
+        for (bool f16 : {true, false}) {
+          (f16 ? fast.enc_f16 : fast.enc_bf16)(x.data(), a.data(), n);
+          (f16 ? ref.enc_f16 : ref.enc_bf16)(x.data(), b.data(), n);
+          ASSERT_EQ(std::memcmp(a.data(), b.data(), (n + 1) * 2), 0) << (f16 ? "f16 " : "bf16 ") << isa_name(isa) << " n " << n;
+        }
+      }
+    }
+  }
+}
+
 TEST(KvQuant, SimdGroupKernelsMatchScalar) {
   Rng rng(7);
   const KvRowOps& ref = kv_row_ops(Isa::kScalar);
@@ -254,6 +289,34 @@ TEST(KvQuant, SimdGroupKernelsMatchScalar) {
         fast.axpy_group(w.data(), k.data(), g, n, acc1.data());
         ref.axpy_group(w.data(), k.data(), g, n, acc2.data());
         for (int64_t j = 0; j < g * n; ++j) ASSERT_NEAR(acc1[j], acc2[j], 1e-6 * (1 + std::fabs(acc2[j]))) << isa_name(isa) << " g " << g;
+      }
+    }
+  }
+}
+
+// store_kv writes the same bytes on every ISA (f16 / bf16 rows through the SIMD encoders), ND
+// and NZ.
+TEST(KvStore, EveryIsaWritesTheScalarBytes) {
+  Rng rng(9);
+  for (KvDType d : {KvDType::kF32, KvDType::kF16, KvDType::kBF16}) {
+    for (KvLayoutKind layout : {KvLayoutKind::kND, KvLayoutKind::kNZ}) {
+      const int64_t B = 16, nkv = 3, hd = 32, kv_dim = nkv * hd;
+      std::vector<float> k(B * kv_dim), v(B * kv_dim);
+      for (auto& x : k) x = rng.normal() * 3000.0f;
+      for (auto& x : v) x = rng.normal() * 1e-6f;  // f16 subnormals
+      std::vector<int64_t> slots(B);
+      for (int64_t t = 0; t < B; ++t) slots[t] = (t % 2) * B + t / 2;  // two blocks, interleaved rows
+      KvLayerBuffer want(d, layout, 2, B, nkv, hd);
+      store_kv(want.view(), k.data(), v.data(), slots.data(), B, Isa::kScalar);
+      for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+        if (static_cast<int>(isa) > static_cast<int>(detect_isa())) continue;
+        KvLayerBuffer got(d, layout, 2, B, nkv, hd);
+        store_kv(got.view(), k.data(), v.data(), slots.data(), B, isa);
+        for (bool is_k : {true, false}) {
+          const int64_t bytes = 2 * (is_k ? want.view().k_block_bytes() : want.view().v_block_bytes());
+          ASSERT_EQ(std::memcmp(is_k ? got.view().k : got.view().v, is_k ? want.view().k : want.view().v, bytes), 0)
+              << kv_dtype_name(d) << " " << kv_layout_name(layout) << " " << isa_name(isa) << (is_k ? " K" : " V");
+        }
       }
     }
   }
