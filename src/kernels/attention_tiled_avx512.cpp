@@ -18,21 +18,27 @@
 namespace pagoda::kernels::detail {
 namespace {
 
-// Lane k of the result = the sum of a[k]'s 16 lanes (a transpose-reduce, 45 instructions).
+// Lane k of the result = a[k]'s 16 lanes combined by Op (add, max): a transpose-reduce, 45
+// instructions for 16 vectors.
+template <__m512 (*Op)(__m512, __m512)>
 inline __m512 reduce16(const __m512* a) {
   __m512 w[4];
   for (int g = 0; g < 4; ++g) {
     const __m512* v = a + 4 * g;
-    const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1]));
-    const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3]));
+    const __m512 s01 = Op(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1]));
+    const __m512 s23 = Op(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3]));
     const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23));
     const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23));
-    w[g] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));  // 128-bit lane c: partial sums of keys 4g..4g+3
+    w[g] = Op(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));  // 128-bit lane c: partial results of vectors 4g..4g+3
   }
-  const __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x44), _mm512_shuffle_f32x4(w[0], w[1], 0xEE));
-  const __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x44), _mm512_shuffle_f32x4(w[2], w[3], 0xEE));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xDD));
+  const __m512 u01 = Op(_mm512_shuffle_f32x4(w[0], w[1], 0x44), _mm512_shuffle_f32x4(w[0], w[1], 0xEE));
+  const __m512 u23 = Op(_mm512_shuffle_f32x4(w[2], w[3], 0x44), _mm512_shuffle_f32x4(w[2], w[3], 0xEE));
+  return Op(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xDD));
 }
+inline __m512 add_ps(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+inline __m512 max_ps(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+inline __m512 sum16(const __m512* a) { return reduce16<add_ps>(a); }
+inline __m512 max16(const __m512* a) { return reduce16<max_ps>(a); }
 
 // Attended positions of one lane: [0, sink_end) and [window_begin, n_ctx).
 struct LaneMask {
@@ -102,18 +108,18 @@ inline __m512 chunk_scores(const void* const* k, int64_t off, const float* q) {
 #pragma GCC unroll 16
     for (int i = 0; i < kChunk; ++i) acc[i] = _mm512_fmadd_ps(Rows::at(static_cast<const uint8_t*>(k[i]) + off, d), qv, acc[i]);
   }
-  return reduce16(acc);
+  return sum16(acc);
 }
 
 // o[0..16*NV) = o * alpha + sum_i p[i] * v[i].
 template <int NV, typename Rows>
-inline void chunk_accumulate(float* o, const float* p, const void* const* v, int64_t off) {
+inline void chunk_accumulate(float* o, __m512 alpha, const float* p, const void* const* v, int64_t off) {
   __m512 pb[kChunk];
 #pragma GCC unroll 16
   for (int i = 0; i < kChunk; ++i) pb[i] = _mm512_set1_ps(p[i]);
 #pragma GCC unroll 16
   for (int d = 0; d < NV; ++d) {  // two chains of 8 FMAs, not one of 16
-    __m512 acc = _mm512_load_ps(o + 16 * d), acc2 = _mm512_setzero_ps();
+    __m512 acc = _mm512_mul_ps(_mm512_load_ps(o + 16 * d), alpha), acc2 = _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < kChunk; i += 2) {
       acc = _mm512_fmadd_ps(pb[i], Rows::at(static_cast<const uint8_t*>(v[i]) + off, d), acc);
@@ -165,8 +171,6 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
     max_ctx = std::max(max_ctx, n_ctx);
     min_wb = std::min(min_wb, mask[ln].window_begin);
     max_sink = std::max(max_sink, mask[ln].sink_end);
-    m[ln] = -INFINITY;
-    l[ln] = 0.0f;
     std::memset(o + ln * hd, 0, hd * sizeof(float));
   }
   hi = std::min<int64_t>(hi, max_ctx);
@@ -189,7 +193,11 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
   alignas(64) float k_scale[kChunk * 16];
   alignas(64) float v_scale[kChunk * 16];
   const __mmask16 head_mask = static_cast<__mmask16>((uint32_t{1} << tile.n_kv) - 1);
-  const __m512i scale_column = _mm512_mullo_epi32(iota, _mm512_set1_epi32(16));
+  // Lane ln's column of the chunk's scales: positions i at 16 * i + its kv head.
+  const __m512i column_base = _mm512_mullo_epi32(iota, _mm512_set1_epi32(16));
+  auto scale_column = [&](int64_t ln) {
+    return _mm512_add_epi32(column_base, _mm512_set1_epi32(static_cast<int32_t>(tile.kv_of(ln))));
+  };
   auto load_scales = [&](int64_t i, const uint8_t* k_at, const uint8_t* v_at) {  // null: zeros
     _mm512_store_ps(k_scale + 16 * i, k_at == nullptr ? _mm512_setzero_ps()
                                                       : _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(head_mask, k_at)));
@@ -203,6 +211,8 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
   const void* kp[kChunk];
   const void* vp[kChunk];
   int64_t k_block = -1, v_block = -1;
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  __m512 mv = neg_inf, lv = _mm512_setzero_ps();  // per lane: running max, running sum
   for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
     const int64_t cend = std::min(c0 + kChunk, hi);
     if (!(c0 < max_sink || cend > min_wb)) continue;  // no lane attends to this chunk
@@ -251,36 +261,61 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
       if (vr == row) vr = static_cast<const float*>(std::memcpy(vbuf + i * hd, row, hd * sizeof(float)));
       vp[i] = vr;
     }
+    // Scores of every lane (-inf where masked; lanes past `lanes` all -inf), then the online
+    // softmax of all lanes at once: lane ln of mv / lv / the per-chunk vectors is lane ln's.
     const __m512i pos = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(c0)), iota);
-    for (int64_t ln = 0; ln < lanes; ++ln) {
+    __m512 sv[kTileLanes];
+    __mmask16 valid[kTileLanes];
+    for (int64_t ln = 0; ln < kTileLanes; ++ln) {
+      valid[ln] = 0;
+      sv[ln] = neg_inf;
+      if (ln >= lanes) continue;
       const LaneMask& mk = mask[ln];
       if (c0 >= mk.n_ctx) continue;
       if (c.params.window > 0 && !(c0 < mk.sink_end || cend > mk.window_begin)) continue;
-      __mmask16 valid = _mm512_cmplt_epi32_mask(pos, _mm512_set1_epi32(std::min<int32_t>(mk.n_ctx, static_cast<int32_t>(cend))));
+      __mmask16 v = _mm512_cmplt_epi32_mask(pos, _mm512_set1_epi32(std::min<int32_t>(mk.n_ctx, static_cast<int32_t>(cend))));
       if (c.params.window > 0) {
-        valid &= _mm512_cmplt_epi32_mask(pos, _mm512_set1_epi32(mk.sink_end)) |
-                 _mm512_cmpge_epi32_mask(pos, _mm512_set1_epi32(mk.window_begin));
+        v &= _mm512_cmplt_epi32_mask(pos, _mm512_set1_epi32(mk.sink_end)) |
+             _mm512_cmpge_epi32_mask(pos, _mm512_set1_epi32(mk.window_begin));
       }
-      if (valid == 0) continue;
+      if (v == 0) continue;
+      valid[ln] = v;
       const int64_t off = kInPlace ? lane_off[ln] : 0;
       __m512 s = _mm512_mul_ps(chunk_scores<NV, Rows>(kp, off, qrow[ln]), _mm512_set1_ps(c.params.scale));
-      // Scaled formats: the lane's kv head's column of the chunk's scales.
-      const __m512i column = _mm512_add_epi32(scale_column, _mm512_set1_epi32(static_cast<int32_t>(tile.kv_of(ln))));
-      if constexpr (Rows::kScaled) s = _mm512_mul_ps(s, _mm512_i32gather_ps(column, k_scale, 4));
-      const float cm = _mm512_mask_reduce_max_ps(valid, s);
-      float* ol = o + ln * hd;
-      if (cm > m[ln]) {
-        const float alpha = std::exp(m[ln] - cm);  // 0 when m was -inf
-        l[ln] *= alpha;
-        const __m512 av = _mm512_set1_ps(alpha);
-        for (int d = 0; d < NV; ++d) _mm512_store_ps(ol + 16 * d, _mm512_mul_ps(_mm512_load_ps(ol + 16 * d), av));
-        m[ln] = cm;
-      }
-      const __m512 pr = _mm512_maskz_mov_ps(valid, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m[ln]))));
-      l[ln] += _mm512_reduce_add_ps(pr);
-      _mm512_storeu_ps(probs, Rows::kScaled ? _mm512_mul_ps(pr, _mm512_i32gather_ps(column, v_scale, 4)) : pr);
-      chunk_accumulate<NV, Rows>(ol, probs, vp, off);
+      if constexpr (Rows::kScaled) s = _mm512_mul_ps(s, _mm512_i32gather_ps(scale_column(ln), k_scale, 4));
+      sv[ln] = _mm512_mask_mov_ps(neg_inf, v, s);
     }
+    const __m512 m_new = _mm512_max_ps(mv, max16(sv));
+    // Lanes with nothing attended yet keep m = -inf: exponent base 0, probabilities masked to 0;
+    // lanes with no earlier max get alpha 0 (their o and l are 0).
+    const __m512 base = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_OQ), m_new);
+    const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mv, neg_inf, _CMP_NEQ_OQ), exp512(_mm512_sub_ps(mv, base)));
+    alignas(64) float base_of[kTileLanes], alpha_of[kTileLanes];
+    _mm512_store_ps(base_of, base);
+    _mm512_store_ps(alpha_of, alpha);
+    for (int64_t ln = 0; ln < lanes; ++ln) {
+      if (valid[ln] == 0) continue;
+      sv[ln] = _mm512_maskz_mov_ps(valid[ln], exp512(_mm512_sub_ps(sv[ln], _mm512_set1_ps(base_of[ln]))));
+    }
+    for (int64_t ln = 0; ln < kTileLanes; ++ln) {
+      if (valid[ln] == 0) sv[ln] = _mm512_setzero_ps();
+    }
+    lv = _mm512_fmadd_ps(lv, alpha, sum16(sv));
+    mv = m_new;
+    // Outputs: a lane with nothing in this chunk keeps its o (its alpha is 1, or its o is 0).
+    for (int64_t ln = 0; ln < lanes; ++ln) {
+      if (valid[ln] == 0) continue;
+      const int64_t off = kInPlace ? lane_off[ln] : 0;
+      _mm512_storeu_ps(probs, Rows::kScaled ? _mm512_mul_ps(sv[ln], _mm512_i32gather_ps(scale_column(ln), v_scale, 4)) : sv[ln]);
+      chunk_accumulate<NV, Rows>(o + ln * hd, _mm512_set1_ps(alpha_of[ln]), probs, vp, off);
+    }
+  }
+  alignas(64) float mvals[kTileLanes], lvals[kTileLanes];
+  _mm512_store_ps(mvals, mv);
+  _mm512_store_ps(lvals, lv);
+  for (int64_t ln = 0; ln < lanes; ++ln) {
+    m[ln] = mvals[ln];
+    l[ln] = lvals[ln];
   }
 }
 
