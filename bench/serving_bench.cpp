@@ -131,6 +131,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", (tok.is_ok() ? model.status() : tok.status()).message().c_str());
     return 1;
   }
+  if (batched_bf16) {
+    const Status rounded = model.value()->round_f16_weights_to_bf16();
+    if (!rounded.is_ok()) {
+      std::fprintf(stderr, "%s\n", rounded.message().c_str());
+      return 1;
+    }
+  }
   std::shared_ptr<const model::LlamaModel> m = std::move(model).value();
   auto t = std::make_shared<const model::Tokenizer>(std::move(tok).value());
   std::printf("serving_bench: %s, %lld requests x (%lld prompt + %lld generated) tokens, max_num_batched_tokens %lld%s\n",

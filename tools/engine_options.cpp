@@ -26,8 +26,9 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_flag("-q,--quiet", o.quiet, "no progress bars (drawn only when stderr is a terminal)");
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "do not reuse cached KV of earlier prompts");
   app.add_flag("--batched-bf16", o.batched_bf16,
-               "f16/bf16 weights: batched decode steps of 16+ sequences multiply in bf16 (about 2x faster; a "
-               "sequence's logits then vary, at bf16 rounding, with how many others share its step)");
+               "f16/bf16 weights: held as bf16 (f16 rounded once at load) and batched decode steps of 16+ sequences "
+               "multiply in bf16 (faster; a sequence's logits then vary, at bf16 rounding, with how many others "
+               "share its step)");
   app.add_option("--eviction", o.eviction, "which cached KV blocks go first when memory is needed")
       ->check(CLI::IsMember({"lru", "lfu", "priority"}));
   app.add_option("--kv-hash", o.kv_hash,
@@ -106,6 +107,7 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
 Result<LoadedEngine> load_engine(const EngineOptions& o, const Clock& clock, const Logger& logger) {
   PAGODA_ASSIGN_OR_RETURN(engine::EngineConfig config, engine_config_from(o));
   PAGODA_ASSIGN_OR_RETURN(LoadedModel source, load_model(o.model_path, o.tokenizer_path, !o.quiet));
+  if (config.batched_bf16) PAGODA_RETURN_IF_ERROR(source.model->round_f16_weights_to_bf16());
   LoadedEngine loaded;
   loaded.tokenizer = std::move(source.tokenizer);
   loaded.chat_template = std::move(source.chat_template);

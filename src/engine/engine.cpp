@@ -92,7 +92,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   e->model_fingerprint_ = engine::model_fingerprint(model->file());
   e->kv_format_key_ = kvcache::hash_string(std::string(kernels::kv_dtype_name(layout.dtype)) + "/" +
                                            std::string(kernels::kv_layout_name(layout.layout)) + "/" +
-                                           std::to_string(layout.block_size));
+                                           std::to_string(layout.block_size) +
+                                           (config.batched_bf16 ? "/batched-bf16" : ""));  // other numbers, other KV
   for (int64_t l = 0; l < mc.n_layer; ++l) {
     e->kv_views_.push_back(e->pool_->layer_view(mc.kv_cache_layer.empty() ? l : mc.kv_cache_layer[l]));
   }

@@ -68,9 +68,12 @@ struct EngineConfig {
   // its own). Such sequences are never prefix-cached nor forked; not with windows, MLA or int4.
   kvcache::KvSelectParams kv_select;
   // --batched-bf16: forward passes of 16 or more rows on F16/BF16 weights multiply in bf16
-  // (kernels/matmul.h), so batched decode steps run about twice as fast as on the f32 decode
-  // kernels; a sequence's logits then depend, at bf16's 2^-8, on how many others share its
-  // step. Off: a decoding sequence's numbers are those of decoding it alone.
+  // (kernels/matmul.h), so batched decode steps run faster than on the f32 decode kernels; a
+  // sequence's logits then depend, at bf16's 2^-8, on how many others share its step. Whoever
+  // loads the model rounds its F16 weights to BF16 first (LlamaModel::round_f16_weights_to_bf16,
+  // tools/ does), so the GEMM reads rows without converting them. Its KV is another format key
+  // (never shared with instances without it). Off: a decoding sequence's numbers are those of
+  // decoding it alone.
   bool batched_bf16 = false;
 };
 

@@ -18,8 +18,9 @@
 // Layouts (uint16 = bf16 bits):
 //   x panel  [groups, n_in / 2, kPanelLanes, 2]  the token panel (kernels/matmul_panel.h):
 //            values 2*k2, 2*k2 + 1 of token kPanelLanes*g + lane, padding tokens zero
-//   w rows   [rows, n_in] row-major, one chunk of at most kBf16RowChunk rows per step (F16
-//            converted, BF16 copied), zero rows up to a multiple of 8
+//   w rows   [rows, n_in] row-major, one chunk of at most kBf16RowChunk rows per step: F16
+//            converted into scratch, zero rows up to a multiple of 8; BF16 rows read in place
+//            (a last partial tile of 8 copied and zero-padded)
 // A tile is 8 weight rows x 1 or 2 registers of 16 tokens: per pair of inputs, the tokens'
 // pairs are loaded once and each row's pair is broadcast into 2 `vdpbf16ps`.
 #pragma once

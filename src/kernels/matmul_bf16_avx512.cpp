@@ -90,8 +90,15 @@ void bf16_gemm_rows(const WeightView& w, int64_t o_begin, int64_t o_end, const u
   const int64_t rows = o_end - o_begin, n_in = w.n_in;
   CHECK(rows >= 1 && rows <= kBf16RowChunk && n_in % 2 == 0);
   const int64_t rows_pad = (rows + kR - 1) / kR * kR;
-  for (int64_t r = 0; r < rows; ++r) convert_row(w, o_begin + r, w_rows + r * n_in);
-  std::memset(w_rows + rows * n_in, 0, static_cast<size_t>((rows_pad - rows) * n_in) * 2);
+  // BF16 rows are read where they are, but for a last partial tile (copied, zero-padded);
+  // F16 rows are converted into w_rows.
+  const int64_t rows_in_place = w.dtype == DType::kBF16 ? rows / kR * kR : 0;
+  const auto* in_place = reinterpret_cast<const uint16_t*>(w.row(o_begin));
+  for (int64_t r = rows_in_place; r < rows; ++r) convert_row(w, o_begin + r, w_rows + (r - rows_in_place) * n_in);
+  std::memset(w_rows + (rows - rows_in_place) * n_in, 0, static_cast<size_t>((rows_pad - rows) * n_in) * 2);
+  auto tile_rows = [&](int64_t r0) {
+    return r0 < rows_in_place ? in_place + r0 * n_in : w_rows + (r0 - rows_in_place) * n_in;
+  };
   const int64_t groups = panel_pad_tokens(n_tokens) / kPanelLanes;
   alignas(64) float out[kR][2][kPanelLanes];
   for (int64_t g0 = 0; g0 < groups; g0 += 2) {
@@ -100,9 +107,9 @@ void bf16_gemm_rows(const WeightView& w, int64_t o_begin, int64_t o_end, const u
     const int64_t t_end = std::min(n_tokens, (g0 + n_groups) * kPanelLanes);
     for (int64_t r0 = 0; r0 < rows_pad; r0 += kR) {
       if (n_groups == 2) {
-        tile<2>(w_rows + r0 * n_in, n_in, xg, &out[0][0][0]);
+        tile<2>(tile_rows(r0), n_in, xg, &out[0][0][0]);
       } else {
-        tile<1>(w_rows + r0 * n_in, n_in, xg, &out[0][0][0]);
+        tile<1>(tile_rows(r0), n_in, xg, &out[0][0][0]);
       }
       panel_write_tile<kR>(out, std::min<int64_t>(kR, rows - r0), g0, t_end, y + o_begin + r0, ldy);
     }

@@ -137,6 +137,33 @@ int64_t LlamaModel::weight_bytes() const {
   return bytes;
 }
 
+Status LlamaModel::round_f16_weights_to_bf16() {
+  std::vector<kernels::WeightView*> views = {&token_embd_, &output_};
+  for (LayerWeights& w : layers_) {
+    for (auto* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.wq_a, &w.wkv_a}) views.push_back(m);
+  }
+  const bool any_f16 = std::any_of(views.begin(), views.end(),
+                                   [](const kernels::WeightView* v) { return v->data != nullptr && v->dtype == DType::kF16; });
+  if (!any_f16) return Status::ok();
+  if (checkpoint_ != nullptr) {
+    return Status::invalid_argument("rounding F16 weights to BF16 (--batched-bf16) needs a GGUF model: this folder's "
+                                    "tensors are mapped read-only (pagoda convert writes a GGUF file)");
+  }
+  std::vector<const void*> done;  // a tied output shares the embeddings' memory: round it once
+  for (kernels::WeightView* v : views) {
+    if (v->data == nullptr || v->dtype != DType::kF16) continue;
+    if (std::find(done.begin(), done.end(), v->data) == done.end()) {
+      // The file's tensor memory, read into buffers this model owns (GgufFile::read), is writable.
+      auto* h = static_cast<uint16_t*>(const_cast<void*>(v->data));
+      const int64_t n = v->n_out * v->n_in;
+      for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(fp16_to_fp32(h[i]));
+      done.push_back(v->data);
+    }
+    v->dtype = DType::kBF16;
+  }
+  return Status::ok();
+}
+
 int64_t max_matmul_in(const ModelConfig& c) {
   return std::max({c.n_ff, c.q_dim(), c.n_embd, c.n_head * c.v_head_dim, c.q_lora_rank, c.qk_nope_dim, c.kv_lora_rank});
 }

@@ -62,6 +62,13 @@ class LlamaModel {
   const std::vector<float>& output_norm() const { return output_norm_; }
   const LayerWeights& layer(int64_t l) const { return layers_[l]; }
   int64_t weight_bytes() const;  // bytes of all tensors read per token (the decode floor)
+  // Rounds every F16 weight matrix (token embeddings and output included, a tied one once) to
+  // BF16 in place, nearest even: the values the bf16 GEMM multiplies F16 weights at
+  // (kernels/matmul_bf16.h), so its results do not change, it reads the rows without
+  // converting them, and the f32 decode kernels then read the rounded weights. For
+  // EngineConfig::batched_bf16. Needs weights in memory this model owns (a GGUF file); a
+  // Hugging Face folder's F16 tensors are mapped read-only and give an error.
+  Status round_f16_weights_to_bf16();
 
  private:
   LlamaModel(GgufFile file, ModelConfig config) : file_(std::move(file)), config_(std::move(config)) {}

@@ -32,6 +32,7 @@ Result<std::vector<float>> engine_logits(model::GgufFile file, int64_t batch, in
                                          const Logger& logger, bool batched_bf16 = false) {
   auto model = model::LlamaModel::load(std::move(file));
   if (!model.is_ok()) return model.status();
+  if (batched_bf16) PAGODA_RETURN_IF_ERROR(model.value()->round_f16_weights_to_bf16());  // as tools/ does
   engine::EngineConfig config;
   config.num_threads = threads;
   config.max_batch_tokens = batch;
@@ -132,10 +133,11 @@ TEST(ForwardReference, LongPrefillChunksOfHalfWeightsStayNearFloat64) {
   }
 }
 
-// EngineConfig::batched_bf16 (--batched-bf16): chunks of 20 rows, which the f32 decode kernels
-// take by default, go through the bf16 GEMM on F16/BF16 weights where the CPU has it. The
-// logits then stay within the bf16 prefill's 3e-2 of the float64 forward, and the rounding is
-// really there; off, the same chunks stay within 2e-4.
+// EngineConfig::batched_bf16 (--batched-bf16, F16 weights rounded to BF16 at load as tools/
+// does): chunks of 20 rows, which the f32 decode kernels take by default, go through the bf16
+// GEMM on F16/BF16 weights where the CPU has it. The logits then stay within the bf16
+// prefill's 3e-2 of the float64 forward, and the rounding is really there; off, the same
+// chunks stay within 2e-4.
 TEST(ForwardReference, BatchedBf16StepsOfHalfWeightsStayNearFloat64) {
   const std::vector<Case> cases = {
       {"GQA hd8 f16", {"t", 64, 2, 8, 2, 96, 300, 80}, DType::kF16},
