@@ -2,9 +2,9 @@
 // P random prompt tokens and G generated tokens (greedy, EOS ignored) through a ServingEngine
 // with max_num_seqs = C, then the same requests with max_num_seqs = 1. Prints one table.
 //
-//   serving_bench MODEL.gguf [C=16] [P=64] [G=64] [threads=0: all cores] [max_batched_tokens=512] [one_at_a_time=1] [step_budget_ms=100] [batched_bf16=0]
+//   serving_bench MODEL.gguf [C=16] [P=64] [G=64] [threads=0: all cores] [max_batched_tokens=512] [one_at_a_time=1] [step_budget_ms=100] [batched_bf16=0] [kv_dtype=f32]
 // (one_at_a_time=0 skips the max_num_seqs = 1 run; batched_bf16=1 is --batched-bf16,
-// EngineConfig::batched_bf16.)
+// EngineConfig::batched_bf16; kv_dtype as --kv-dtype.)
 //
 // Smoke run: serving_bench ../shared/models/stories260K/stories260K.gguf 4 16 8 1
 // Target (the issue): llama-110m, C=16, P=G=64: batched >= 3x the one-at-a-time tokens/s.
@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "engine/serving.h"
+#include "kernels/kv_format.h"
 #include "model/gguf_vocab.h"
 
 namespace {
@@ -61,7 +62,7 @@ struct Run {
 
 Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shared_ptr<const model::Tokenizer> tok,
                 int64_t concurrency, int64_t max_num_seqs, int64_t prompt, int64_t gen, int threads, int64_t batched, double step_budget_ms,
-                bool batched_bf16) {
+                bool batched_bf16, kernels::KvDType kv_dtype) {
   SteadyClock clock;
   Logger logger(LogLevel::kSilent);
   engine::EngineConfig ec;
@@ -69,7 +70,8 @@ Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shar
   ec.max_batch_tokens = batched;
   ec.batched_bf16 = batched_bf16;
   const model::ModelConfig& mc = model->config();
-  // f32 KV for every request at once (plus a block of slack each): no preemption.
+  // KV for every request at once (plus a block of slack each, f32-sized): no preemption.
+  ec.kv_dtype = kv_dtype;
   ec.kv_cache_bytes = (concurrency * (prompt + gen + 32) + 256) * 2 * mc.n_layer * mc.n_kv_head * mc.head_dim * 4;
   ec.enable_prefix_caching = false;  // distinct prompts anyway; measure compute only
   PAGODA_ASSIGN_OR_RETURN(auto eng, engine::Engine::create(model, ec, clock, logger));
@@ -107,7 +109,7 @@ Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shar
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf [C=16] [P=64] [G=64] [threads=0] [max_batched_tokens=512] [one_at_a_time=1] [step_budget_ms=100] [batched_bf16=0]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.gguf [C=16] [P=64] [G=64] [threads=0] [max_batched_tokens=512] [one_at_a_time=1] [step_budget_ms=100] [batched_bf16=0] [kv_dtype=f32]\n", argv[0]);
     return 2;
   }
   auto arg = [&](int i, int64_t def) { return argc > i ? std::atoll(argv[i]) : def; };
@@ -115,6 +117,11 @@ int main(int argc, char** argv) {
   const int threads = static_cast<int>(arg(5, 0));
   const double step_budget_ms = static_cast<double>(arg(8, static_cast<int64_t>(engine::ServingConfig{}.step_budget_ms)));
   const bool batched_bf16 = arg(9, 0) != 0;
+  const auto kv_dtype = kernels::kv_dtype_from_name(argc > 10 ? argv[10] : "f32");
+  if (!kv_dtype) {
+    std::fprintf(stderr, "unknown kv_dtype '%s'\n", argv[10]);
+    return 2;
+  }
   auto file = model::GgufFile::read(argv[1]);
   if (!file.is_ok()) {
     std::fprintf(stderr, "%s\n", file.status().message().c_str());
@@ -140,15 +147,16 @@ int main(int argc, char** argv) {
   }
   std::shared_ptr<const model::LlamaModel> m = std::move(model).value();
   auto t = std::make_shared<const model::Tokenizer>(std::move(tok).value());
-  std::printf("serving_bench: %s, %lld requests x (%lld prompt + %lld generated) tokens, max_num_batched_tokens %lld%s\n",
+  std::printf("serving_bench: %s, %lld requests x (%lld prompt + %lld generated) tokens, max_num_batched_tokens %lld%s, KV %s\n",
               argv[1], static_cast<long long>(c), static_cast<long long>(p), static_cast<long long>(g),
-              static_cast<long long>(batched), batched_bf16 ? ", batched bf16" : "");
+              static_cast<long long>(batched), batched_bf16 ? ", batched bf16" : "",
+              std::string(kernels::kv_dtype_name(*kv_dtype)).c_str());
   std::printf("%-14s %10s %8s %12s %12s\n", "max_num_seqs", "seconds", "steps", "gen tok/s", "mean TTFT s");
   Run results[2];
   const int64_t seqs[2] = {c, 1};
   const int runs = arg(7, 1) != 0 ? 2 : 1;
   for (int i = 0; i < runs; ++i) {
-    auto r = run(m, t, c, seqs[i], p, g, threads, batched, step_budget_ms, batched_bf16);
+    auto r = run(m, t, c, seqs[i], p, g, threads, batched, step_budget_ms, batched_bf16, *kv_dtype);
     if (!r.is_ok()) {
       std::fprintf(stderr, "%s\n", r.status().message().c_str());
       return 1;

@@ -128,7 +128,7 @@ run_row() {  # row round
       pg -m "$M110" -p 0 -n 128 --depth 1900 > "$o.pagoda.json"
       lb -m "$M110" -p 0 -n 128 -d 1900 > "$o.llama.json" ;;
     batched16)
-      "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" 512 0 100 "$PAGODA_BATCHED_BF16" > "$o.pagoda.txt"
+      "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" 512 0 100 "$PAGODA_BATCHED_BF16" "$PAGODA_KV" > "$o.pagoda.txt"
       "$PEER_BIN/llama-batched-bench" -m "$M110" -t "$THREADS" --no-mmap -c 4096 -b 2048 -ub 512 \
         -npp 64 -ntg 64 -npl 16 --output-format jsonl 2>/dev/null > "$o.llama.jsonl" ;;
     http16)  # a fresh port per server: the previous one's connections linger in TIME_WAIT
