@@ -1,10 +1,13 @@
 // Attention-score KV selection (H2O, SnapKV; kvcache/kv_select.h) through continuous batching:
-// a budget at least the sequence's length equals the full cache bit for bit (tokens and
-// logprobs, f32 KV); a small budget served alone equals Engine::generate with the same chunks
+// a budget at least the sequence's length equals the full cache (the same tokens, logprobs to
+// float rounding, f32 KV); a small budget served alone equals Engine::generate with the same chunks
 // (SnapKV's observation window spanning prefill chunks); under a pool too small for the
 // requests at once (recompute and swap preemption) every sequence holds at most its budget in
 // every step, n > 1 choices are sequences of their own, the score buffer is not reallocated;
 // refusals, the request dump and explain.
+#include <algorithm>
+#include <cmath>
+
 #include "engine/introspection.h"
 #include "kvcache/host_tier.h"
 #include "serving_test_util.h"
@@ -59,7 +62,7 @@ Served serve_all(engine::ServingEngine& se, std::vector<engine::CompletionReques
   return out;
 }
 
-TEST(ServingSelect, BudgetAtLeastTheLengthEqualsTheFullCacheBitForBit) {
+TEST(ServingSelect, BudgetAtLeastTheLengthEqualsTheFullCache) {
   auto s = testing::load_stories();
   engine::ServingConfig sc;
   sc.max_num_seqs = 8;
@@ -75,6 +78,7 @@ TEST(ServingSelect, BudgetAtLeastTheLengthEqualsTheFullCacheBitForBit) {
   }
   const Served a = serve_all(*se, full);
   const Served b = serve_all(*se, selected);
+  double worst = 0.0;
   for (size_t i = 0; i < full.size(); ++i) {
     EXPECT_EQ(b.recorders[i]->usage().cached_tokens, 0) << "selecting requests are not prefix-cached";
     for (int c = 0; c < full[i].n; ++c) {
@@ -84,9 +88,19 @@ TEST(ServingSelect, BudgetAtLeastTheLengthEqualsTheFullCacheBitForBit) {
       ASSERT_EQ(x.tokens.size(), 30u);
       EXPECT_EQ(x.tokens, y.tokens);
       ASSERT_EQ(x.events.size(), y.events.size());
-      for (size_t k = 0; k < x.events.size(); ++k) ASSERT_EQ(x.events[k].chosen.logprob, y.events[k].chosen.logprob) << k;
+      // Not bit for bit: the full cache's choices 1, 2 of request 1 are forks of choice 0 and
+      // share its prefill, while selecting choices never fork and prefill on their own, which
+      // moves the chunks of every later request too; f32 prefill rows go through sgemm, whose
+      // row results depend on the call's row count and the row's place in it (Debian's
+      // OpenBLAS 0.3.21 takes its Haswell kernels on a Zen 5; tests/kernels/matmul_test.cpp's
+      // reference checks hold it to 1e-5 of sum |w||x|). Measured on 2026-12-06: 3e-6 apart.
+      for (size_t k = 0; k < x.events.size(); ++k) {
+        ASSERT_NEAR(x.events[k].chosen.logprob, y.events[k].chosen.logprob, 1e-4) << k;
+        worst = std::max(worst, std::fabs(static_cast<double>(x.events[k].chosen.logprob) - y.events[k].chosen.logprob));
+      }
     }
   }
+  RecordProperty("worst_logprob_difference", std::to_string(worst));
   testing::expect_clean(*se);
 }
 
