@@ -216,23 +216,29 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
   for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
     const int64_t cend = std::min(c0 + kChunk, hi);
     if (!(c0 < max_sink || cend > min_wb)) continue;  // no lane attends to this chunk
-    for (int64_t i = 0; i < kChunk; ++i) {
+    // Position p = c0 + i is row r of block j; the prefetched one, `ahead`, row ra of block ja
+    // (kept by increments: no division per position).
+    const int64_t dist = (kInPlace ? kInPlacePrefetchChunks : 1) * kChunk;
+    int64_t j = c0 / B, r = c0 % B, ja = (c0 + dist) / B, ra = (c0 + dist) % B;
+    auto next = [B](int64_t& block, int64_t& row) {
+      if (++row == B) row = 0, ++block;
+    };
+    for (int64_t i = 0; i < kChunk; ++i, next(j, r), next(ja, ra)) {
       const int64_t p = c0 + i;
       if (p >= cend || !attended_any(p)) {
         kp[i] = vp[i] = zero;
         if constexpr (Rows::kScaled) load_scales(i, nullptr, nullptr);
         continue;
       }
-      const int64_t j = p / B, r = p % B;
-      const int64_t ahead = p + (kInPlace ? kInPlacePrefetchChunks : 1) * kChunk;
+      const int64_t ahead = p + dist;
       if (ahead < hi && attended_any(ahead)) {
-        const int32_t nb = seq.block_table[ahead / B];
+        const int32_t nb = seq.block_table[ja];
         if constexpr (kInPlace) {  // the readers' head is set by begin_block, which this path skips
-          prefetch_bytes(kg.block(nb) + kg.row_offset(ahead % B, tile.kv_head), run_bytes_k);
-          prefetch_bytes(vg.block(nb) + vg.row_offset(ahead % B, tile.kv_head), run_bytes_v);
+          prefetch_bytes(kg.block(nb) + kg.row_offset(ra, tile.kv_head), run_bytes_k);
+          prefetch_bytes(vg.block(nb) + vg.row_offset(ra, tile.kv_head), run_bytes_v);
         } else {
-          k_rows.prefetch(nb, ahead % B);
-          v_rows.prefetch(nb, ahead % B);
+          k_rows.prefetch(nb, ra);
+          v_rows.prefetch(nb, ra);
         }
       }
       if (j != k_block) {
@@ -286,13 +292,10 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
       sv[ln] = _mm512_mask_mov_ps(neg_inf, v, s);
     }
     const __m512 m_new = _mm512_max_ps(mv, max16(sv));
-    // Lanes with nothing attended yet keep m = -inf: exponent base 0, probabilities masked to 0;
-    // lanes with no earlier max get alpha 0 (their o and l are 0).
-    const __m512 base = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_OQ), m_new);
-    const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mv, neg_inf, _CMP_NEQ_OQ), exp512(_mm512_sub_ps(mv, base)));
+    const SoftmaxStep step = softmax_step(mv, m_new);
     alignas(64) float base_of[kTileLanes], alpha_of[kTileLanes];
-    _mm512_store_ps(base_of, base);
-    _mm512_store_ps(alpha_of, alpha);
+    _mm512_store_ps(base_of, step.base);
+    _mm512_store_ps(alpha_of, step.alpha);
     for (int64_t ln = 0; ln < lanes; ++ln) {
       if (valid[ln] == 0) continue;
       sv[ln] = _mm512_maskz_mov_ps(valid[ln], exp512(_mm512_sub_ps(sv[ln], _mm512_set1_ps(base_of[ln]))));
@@ -300,7 +303,7 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
     for (int64_t ln = 0; ln < kTileLanes; ++ln) {
       if (valid[ln] == 0) sv[ln] = _mm512_setzero_ps();
     }
-    lv = _mm512_fmadd_ps(lv, alpha, sum16(sv));
+    lv = _mm512_fmadd_ps(lv, step.alpha, sum16(sv));
     mv = m_new;
     // Outputs: a lane with nothing in this chunk keeps its o (its alpha is 1, or its o is 0).
     for (int64_t ln = 0; ln < lanes; ++ln) {

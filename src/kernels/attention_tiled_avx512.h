@@ -7,6 +7,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/check.h"
@@ -31,6 +32,20 @@ inline __m512 exp512(__m512 x) {
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
   y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(y, n);
+}
+
+// One step of the online softmax of 16 lanes whose running max goes from m to m_new (lane by
+// lane): the base to subtract from this chunk's scores before exp, and alpha, the factor that
+// rescales the lane's running sum and output. A lane with nothing attended yet keeps m = -inf:
+// base 0 (its probabilities are masked to 0 by the caller); a lane with no earlier max gets
+// alpha 0 (its sum and output are 0).
+struct SoftmaxStep {
+  __m512 base, alpha;
+};
+inline SoftmaxStep softmax_step(__m512 m, __m512 m_new) {
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  const __m512 base = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_OQ), m_new);
+  return {base, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m, neg_inf, _CMP_NEQ_OQ), exp512(_mm512_sub_ps(m, base)))};
 }
 
 inline int32_t block_at(const SeqSpan& seq, int64_t index) {

@@ -158,10 +158,7 @@ void run_tile_part_gemm(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, 
       cmax = _mm512_max_ps(cmax, s[i]);
     }
     const __m512 m_new = _mm512_max_ps(mv, cmax);
-    // Lanes with nothing attended yet keep m = -inf: their exponent base is 0 and their
-    // probabilities are masked to 0; lanes with no earlier max get alpha 0 (their o, l are 0).
-    const __m512 base = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_OQ), m_new);
-    const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mv, neg_inf, _CMP_NEQ_OQ), exp512(_mm512_sub_ps(mv, base)));
+    const auto [base, alpha] = softmax_step(mv, m_new);
     __m512 sum = _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < kChunk; ++i) {
