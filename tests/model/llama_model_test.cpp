@@ -5,9 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
+#include "hf_writer.h"
 #include "model/model_factory.h"
 
 namespace pagoda::model {
@@ -67,6 +71,31 @@ TEST(LlamaModel, RoundingLeavesOtherDtypesAlone) {
     EXPECT_EQ(wq.dtype, dtype);
     EXPECT_EQ(std::memcmp(bytes.data(), wq.data, bytes.size()), 0);
   }
+}
+
+// A Hugging Face folder's tensors are mapped read-only: F16 ones cannot be rounded in place,
+// which is an error that leaves the weights as they were.
+TEST(LlamaModel, RoundingAHuggingFaceFoldersF16WeightsIsAnError) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pagoda-llama-model-test-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto gguf = make_random_model(kShape, DType::kF32, 5);
+  ASSERT_TRUE(gguf.is_ok());
+  testing::write_hf_folder(*gguf, dir.string(), {.dtype = "F16"});
+  auto checkpoint = HfCheckpoint::open(dir.string());
+  ASSERT_TRUE(checkpoint.is_ok()) << checkpoint.status().message();
+  auto loaded = LlamaModel::load(std::move(checkpoint).value());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  LlamaModel& model = *loaded.value();
+  ASSERT_EQ(model.layer(0).wq.dtype, DType::kF16);
+  const std::vector<uint16_t> before = copy_of(model.layer(0).wq);
+  const Status rounded = model.round_f16_weights_to_bf16();
+  EXPECT_FALSE(rounded.is_ok());
+  EXPECT_NE(rounded.message().find("GGUF"), std::string::npos) << rounded.message();
+  EXPECT_EQ(model.layer(0).wq.dtype, DType::kF16);
+  EXPECT_EQ(copy_of(model.layer(0).wq), before);
+  fs::remove_all(dir);
 }
 
 }  // namespace
