@@ -158,10 +158,13 @@ void decode_args(benchmark::internal::Benchmark* b) {
   for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 4, 1, kThreads, -1, 0});
   for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 7, 1, kThreads, -1, 0});
   for (int d = 5; d < kNumDTypes; ++d) b->Args({d, 1, 0, 1, static_cast<int>(Isa::kScalar), 0});  // k-quant references
-  // Batched decode steps of f16 weights from DRAM: the f32 decode kernels vs --batched-bf16.
-  for (int t : {16, 32, 48})
-    for (int bf16 : {0, 1}) b->Args({1, t, 1, kThreads, -1, bf16});
-  for (int bf16 : {0, 1}) b->Args({1, 16, 0, kThreads, -1, bf16});  // their compute ceiling
+  // Batched decode steps of f16 / bf16 weights from DRAM: the f32 decode kernels vs the bf16
+  // GEMM of --batched-bf16 (which holds f16 weights as bf16: the bf16 rows are its case).
+  for (int d : {1, 2})
+    for (int t : {16, 32, 48})
+      for (int bf16 : {0, 1}) b->Args({d, t, 1, kThreads, -1, bf16});
+  for (int d : {1, 2})
+    for (int bf16 : {0, 1}) b->Args({d, 16, 0, kThreads, -1, bf16});  // their compute ceiling
   b->UseRealTime();
 }
 

@@ -313,13 +313,8 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
       chunk_accumulate<NV, Rows>(o + ln * hd, _mm512_set1_ps(alpha_of[ln]), probs, vp, off);
     }
   }
-  alignas(64) float mvals[kTileLanes], lvals[kTileLanes];
-  _mm512_store_ps(mvals, mv);
-  _mm512_store_ps(lvals, lv);
-  for (int64_t ln = 0; ln < lanes; ++ln) {
-    m[ln] = mvals[ln];
-    l[ln] = lvals[ln];
-  }
+  _mm512_storeu_ps(m, mv);
+  _mm512_storeu_ps(l, lv);
 }
 
 template <typename Rows>

@@ -79,6 +79,7 @@ struct Ctx {
 
 // Runs positions [lo, hi) of a tile in `area` (attention_tiled.h's layout). Leaves per lane
 // ln < tile.lanes(): running max m[ln], sum l[ln] and unnormalized output o[ln * hd, +hd).
+// m, l: [kTileLanes] (lanes past tile.lanes() are written too, with nothing in them).
 using PartFn = void (*)(const Ctx&, const Tile&, int64_t lo, int64_t hi, float* area, float* m, float* l, float* o);
 
 // The matrix-form part for tiles of one kv head (any format and layout: rows through

@@ -170,12 +170,9 @@ void run_tile_part_gemm(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, 
     chunk_accumulate_gemm<NV>(ot, alpha, s, vbuf);
   }
 
-  alignas(64) float mvals[kTileLanes], lvals[kTileLanes];
-  _mm512_store_ps(mvals, mv);
-  _mm512_store_ps(lvals, lv);
+  _mm512_storeu_ps(m, mv);
+  _mm512_storeu_ps(l, lv);
   for (int64_t ln = 0; ln < lanes; ++ln) {
-    m[ln] = mvals[ln];
-    l[ln] = lvals[ln];
     for (int64_t d = 0; d < hd; ++d) o[ln * hd + d] = ot[d * kTileLanes + ln];
   }
 }
