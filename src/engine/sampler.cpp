@@ -17,11 +17,35 @@ Status SamplingParams::validate() const {
 
 int32_t argmax(std::span<const float> values) {
   CHECK(!values.empty());
-  int32_t best = 0;
-  for (size_t i = 1; i < values.size(); ++i) {
-    if (values[i] > values[best]) best = static_cast<int32_t>(i);
+  // The first index whose value no later one exceeds, starting from index 0 (a NaN at 0 is
+  // kept; later NaNs never win). kLanes interleaved running maxima, each keeping its first
+  // index, so no compare waits on the previous one (one chain over 32,000 logits was ~3% of a
+  // 16-sequence decode step, serial on the step thread).
+  if (std::isnan(values[0])) return 0;
+  constexpr size_t kLanes = 8;
+  float best[kLanes];
+  int64_t at[kLanes];
+  for (size_t j = 0; j < kLanes; ++j) best[j] = -INFINITY, at[j] = -1;
+  const size_t n = values.size();
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      const bool more = values[i + j] > best[j];
+      best[j] = more ? values[i + j] : best[j];
+      at[j] = more ? static_cast<int64_t>(i + j) : at[j];
+    }
   }
-  return best;
+  for (; i < n; ++i) {
+    const size_t j = i % kLanes;
+    if (values[i] > best[j]) best[j] = values[i], at[j] = static_cast<int64_t>(i);
+  }
+  int64_t result = 0;  // every value NaN or -inf past index 0: index 0, as no value exceeds it
+  float top = values[0];
+  for (size_t j = 0; j < kLanes; ++j) {
+    if (at[j] < 0) continue;
+    if (best[j] > top || (best[j] == top && at[j] < result)) top = best[j], result = at[j];
+  }
+  return static_cast<int32_t>(result);
 }
 
 Sampler::Sampler(const SamplingParams& params, int64_t n_vocab)

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
+#include <vector>
 
 namespace pagoda::engine {
 namespace {
@@ -13,6 +15,36 @@ TEST(Sampler, GreedyPicksArgmax) {
   Sampler s(SamplingParams::greedy(), 6);
   auto l = logits_fixture();
   EXPECT_EQ(s.sample(l, {}), 1);
+}
+
+// argmax against the plain loop it replaces: the first index no later value exceeds, from
+// index 0 (a NaN there is kept, later NaNs never win), over ties, infinities, NaNs and every
+// length's tail.
+TEST(Sampler, ArgmaxIsThePlainLoops) {
+  auto plain = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i) {
+      if (v[i] > v[best]) best = static_cast<int32_t>(i);
+    }
+    return best;
+  };
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(state >> 33);
+  };
+  const float specials[] = {INFINITY, -INFINITY, std::nanf(""), 0.0f, -0.0f, 2.0f};
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<float> v(1 + next() % 70);
+    for (float& x : v) {
+      const uint32_t r = next() % 10;
+      x = r < 6 ? static_cast<float>(next() % 5) : r < 9 ? specials[next() % 6] : static_cast<float>(next() % 1000) / 7.0f;
+    }
+    ASSERT_EQ(argmax(v), plain(v)) << "trial " << trial << " size " << v.size();
+  }
+  std::vector<float> big(32000);
+  for (float& x : big) x = static_cast<float>(next() % 100000) / 3.0f;
+  EXPECT_EQ(argmax(big), plain(big));
 }
 
 TEST(Sampler, SameSeedSameTokensDifferentSeedDiffers) {
