@@ -299,7 +299,7 @@ void ForwardPass::feed_forward(const LayerWeights& w, int64_t T) {
   kernels::rmsnorm(x, w.ffn_norm.data(), xb, T, d, c.rms_eps);
   matmul_.run(w.w_gate, xb, T, gate_.data());
   matmul_.run(w.w_up, xb, T, up_.data());
-  pool_.parallel_for(T * ff, [&](int64_t b, int64_t e, int) { kernels::silu_mul(gate_.data() + b, up_.data() + b, e - b); }, 1024);
+  pool_.parallel_for(T * ff, [&](int64_t b, int64_t e, int) { kernels::silu_mul(gate_.data() + b, up_.data() + b, e - b, isa_); }, 1024);
   matmul_.run(w.w_down, gate_.data(), T, xb);
   kernels::add_inplace(x, xb, T * d);
 }
