@@ -133,8 +133,9 @@ class Matmul {
   // 180 / 230 / 237; at 8 tokens half of its 16-token register would be padding).
   static constexpr int64_t kInt8MinTokens = 16;
   // With set_batched_bf16: batched decode calls of F16/BF16 weights from this many tokens take
-  // the bf16 GEMM (matmul_bench, hot f16 weights, 16 / 32 / 48 tokens: 230 / 295 / 327 GFLOP/s
-  // against the f32 decode kernels' 156 / 161 / 112).
+  // the bf16 GEMM (matmul_bench 2026-12-06, weights from DRAM, 16 / 32 / 48 tokens: BF16 rows
+  // read in place 555 / 847 / 760 GFLOP/s, F16 rows converted per chunk 321 / 557 / 583,
+  // against the f32 decode kernels' 204 / 215 / 204).
   static constexpr int64_t kBf16MinTokens = 16;
   // Weight rows dequantized per sgemm call: 128 x max_in f32 per thread (64..256 measured
   // alike on Zen 4 at 512 tokens).
