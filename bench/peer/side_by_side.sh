@@ -17,11 +17,11 @@
 # Each round runs every row once, Pagoda then llama.cpp (one rep each, after each tool's own
 # warm-up); a row's number is the median over rounds. Both use `--threads T` (default 2),
 # llama.cpp with -mmp 0 (no mmap) and its default F16 KV cache; Pagoda with --kv-dtype f16
-# (PAGODA_KV=... to change); PAGODA_BATCHED_BF16=1 runs Pagoda's batched16 / http16 rows with
-# --batched-bf16 (batched decode steps of f16 weights in bf16). Model files go to MODEL_DIR (default /work/models), made once
-# with `pagoda make-model`. Raw outputs and table.md go to --out (default
-# /tmp/pagoda-peer/DATE). Needs a Release build (BUILD_DIR, default build/) and the native
-# peer (PAGODA_PEER_CACHE, default /work/cache). Run it alone on the machine.
+# (PAGODA_KV=... to change); PAGODA_BATCHED_BF16=1 runs Pagoda's batched16 / http16 rows
+# with --batched-bf16. Model files go to MODEL_DIR (default /work/models), made once with
+# `pagoda make-model`. Raw outputs and table.md go to --out (default /tmp/pagoda-peer/DATE).
+# Needs a Release build (BUILD_DIR, default build/) and the native peer (PAGODA_PEER_CACHE,
+# default /work/cache). Run it alone on the machine.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -47,7 +47,7 @@ while [[ $# -gt 0 ]]; do
     --out) OUT="${2:?}"; shift 2 ;;
     --threads) THREADS="${2:?}"; shift 2 ;;
     --force) FORCE=1; shift ;;
-    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
