@@ -102,9 +102,15 @@ stop_server() {
 }
 trap stop_server EXIT
 
-# start_server NAME CMD...: starts it in the background, waits for GET /health.
+# start_server NAME CMD...: starts it in the background on the next port (PORT, PORT + 1, ...:
+# the previous server's connections linger in TIME_WAIT, and llama-server does not bind over
+# them), waits for GET /health. CMD reads the port from $PORT when it runs.
+NEXT_PORT="$PORT"
 start_server() {
   local name="$1"; shift
+  PORT="$NEXT_PORT"
+  NEXT_PORT=$((NEXT_PORT + 1))
+  URL="http://127.0.0.1:$PORT"
   curl -sf "$URL/health" >/dev/null 2>&1 && die "port $PORT is already in use"
   log "starting $name: $*"
   "$@" >"$OUT/$name.server.log" 2>&1 &
@@ -141,23 +147,25 @@ multi_turn() {  # multi_turn FILE
 }
 
 if [[ "$ONLY" != llama ]]; then
-  SERVE=("$SERVE_BIN" serve -m "$MODEL" --port "$PORT" --threads "$THREADS" --http-threads 256)
-  start_server pagoda "${SERVE[@]}"
+  pagoda_serve() { exec "$SERVE_BIN" serve -m "$MODEL" --port "$PORT" --threads "$THREADS" --http-threads 256 "$@"; }
+  start_server pagoda pagoda_serve
   random_levels pagoda
   multi_turn pagoda-mt-on.json
   stop_server
-  start_server pagoda-seq1 "${SERVE[@]}" --max-num-seqs 1
+  start_server pagoda-seq1 pagoda_serve --max-num-seqs 1
   random_levels pagoda-seq1
   stop_server
-  start_server pagoda-nocache "${SERVE[@]}" --no-prefix-cache
+  start_server pagoda-nocache pagoda_serve --no-prefix-cache
   multi_turn pagoda-mt-off.json
   stop_server
 fi
 if [[ "$ONLY" != pagoda ]]; then
-  if [[ "$PEER_KIND" == native ]]; then  # llama-server: -c is shared by the slots (256 tokens each at least)
+  # llama-server: -c is shared by the slots, 2,048 tokens each (a 6-turn chat's history
+  # reaches ~1,100 tokens; 512 and 1,024 refused requests, 2026-12-06).
+  if [[ "$PEER_KIND" == native ]]; then
     llama() { local slots="$1"; shift
       exec "$NATIVE_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -t "$THREADS" --no-mmap -np "$slots" \
-        -c $(( slots * 512 > 2048 ? slots * 512 : 2048 )) "$@"; }
+        -c $(( slots * 2048 > 4096 ? slots * 2048 : 4096 )) "$@"; }
     NOCACHE=--no-cache-prompt
   else
     llama() { local slots="$1"; shift
