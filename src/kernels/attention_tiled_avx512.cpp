@@ -296,12 +296,9 @@ void run_tile_part(const Ctx& c, const Tile& tile, int64_t lo, int64_t hi, float
     alignas(64) float base_of[kTileLanes], alpha_of[kTileLanes];
     _mm512_store_ps(base_of, step.base);
     _mm512_store_ps(alpha_of, step.alpha);
-    for (int64_t ln = 0; ln < lanes; ++ln) {
-      if (valid[ln] == 0) continue;
-      sv[ln] = _mm512_maskz_mov_ps(valid[ln], exp512(_mm512_sub_ps(sv[ln], _mm512_set1_ps(base_of[ln]))));
-    }
-    for (int64_t ln = 0; ln < kTileLanes; ++ln) {
-      if (valid[ln] == 0) sv[ln] = _mm512_setzero_ps();
+    for (int64_t ln = 0; ln < kTileLanes; ++ln) {  // probabilities; lanes with nothing here 0
+      sv[ln] = valid[ln] == 0 ? _mm512_setzero_ps()
+                              : _mm512_maskz_mov_ps(valid[ln], exp512(_mm512_sub_ps(sv[ln], _mm512_set1_ps(base_of[ln]))));
     }
     lv = _mm512_fmadd_ps(lv, step.alpha, sum16(sv));
     mv = m_new;

@@ -25,6 +25,13 @@ struct Case {
   DType dtype;
 };
 
+// n tokens spread over the case's vocabulary.
+std::vector<int32_t> test_tokens(const Case& c, int n) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < n; ++i) tokens.push_back((i * 37 + 5) % static_cast<int32_t>(c.shape.n_vocab));
+  return tokens;
+}
+
 // The engine's logits for every token of `tokens` on a fresh load of `file`, prefilled in
 // chunks of at most `batch` rows, blocks of 4 positions (several per sequence).
 Result<std::vector<float>> engine_logits(model::GgufFile file, int64_t batch, int threads,
@@ -68,8 +75,7 @@ TEST(ForwardReference, EngineMatchesFloat64ForwardOnManyShapesAndTypes) {
     SCOPED_TRACE(c.label);
     auto file = model::make_random_model(c.shape, c.dtype, 99);
     ASSERT_TRUE(file.is_ok()) << file.status().message();
-    std::vector<int32_t> tokens;
-    for (int i = 0; i < 21; ++i) tokens.push_back((i * 37 + 5) % static_cast<int32_t>(c.shape.n_vocab));
+    const std::vector<int32_t> tokens = test_tokens(c, 21);
     const std::vector<double> want = reference_logits(*file, c.shape, tokens);
     // Quantized weights: the decode path also quantizes activations to Q8_0 / Q8_K (as ggml does).
     const bool quantized = dtype_info(c.dtype).block_elems > 1;
@@ -114,8 +120,7 @@ TEST(ForwardReference, LongPrefillChunksOfHalfWeightsStayNearFloat64) {
     SCOPED_TRACE(c.label);
     auto file = model::make_random_model(c.shape, c.dtype, 99);
     ASSERT_TRUE(file.is_ok()) << file.status().message();
-    std::vector<int32_t> tokens;
-    for (int i = 0; i < 64; ++i) tokens.push_back((i * 37 + 5) % static_cast<int32_t>(c.shape.n_vocab));
+    const std::vector<int32_t> tokens = test_tokens(c, 64);
     const std::vector<double> want = reference_logits(*file, c.shape, tokens);
     auto got = engine_logits(std::move(file).value(), 64, 2, tokens, clock, logger);
     ASSERT_TRUE(got.is_ok()) << got.status().message();
@@ -151,8 +156,7 @@ TEST(ForwardReference, BatchedBf16StepsOfHalfWeightsStayNearFloat64) {
     SCOPED_TRACE(c.label);
     auto file = model::make_random_model(c.shape, c.dtype, 99);
     ASSERT_TRUE(file.is_ok()) << file.status().message();
-    std::vector<int32_t> tokens;
-    for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 5) % static_cast<int32_t>(c.shape.n_vocab));
+    const std::vector<int32_t> tokens = test_tokens(c, 40);
     const std::vector<double> want = reference_logits(*file, c.shape, tokens);
     ThreadPool pool(1);
     kernels::Matmul probe(pool, kRows, 256, 256);
