@@ -68,8 +68,22 @@ std::vector<float> make_x(int64_t n_tokens) {
   return x;
 }
 
+const char* path_label(Matmul::Path path) {
+  switch (path) {
+    case Matmul::Path::kBf16:
+      return " bf16 GEMM";
+    case Matmul::Path::kF32:
+      return " f32 GEMM";
+    case Matmul::Path::kInt8:
+      return " int8 GEMM";
+    default:
+      return "";
+  }
+}
+
 // Args: dtype index, n_tokens, cold (1) or hot (0), threads, isa (-1: detect_isa()),
-// batched bf16 (1: Matmul::set_batched_bf16, --batched-bf16).
+// batched path (0: the default, the f32 GEMM from 16 tokens; 1: Matmul::set_batched_bf16,
+// --batched-bf16; 2: the f32 decode kernels, set_f32_gemm(false)).
 void BM_Decode(benchmark::State& state) {
   const DType dtype = kDTypes[state.range(0)];
   const int64_t n_tokens = state.range(1);
@@ -87,7 +101,8 @@ void BM_Decode(benchmark::State& state) {
   std::vector<float> y(static_cast<size_t>(n_tokens * kNOut));
   ThreadPool pool(threads);
   Matmul matmul(pool, n_tokens, kNIn, kNOut, isa);
-  matmul.set_batched_bf16(state.range(5) != 0);
+  matmul.set_batched_bf16(state.range(5) == 1);
+  matmul.set_f32_gemm(state.range(5) != 2);
   size_t next = 0;
   for (auto _ : state) {
     matmul.run(weights.views[next], x.data(), n_tokens, y.data());
@@ -95,7 +110,7 @@ void BM_Decode(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetLabel(std::string(dtype_name(dtype)) + (cold ? " cold" : " hot") + " " + isa_name(matmul.isa()) +
-                 (matmul.path(weights.views[0], n_tokens) == Matmul::Path::kBf16 ? " bf16" : ""));
+                 path_label(matmul.path(weights.views[0], n_tokens)));
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(matrix_bytes) * state.iterations() / 1e9,
                                               benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n_tokens * kNIn * kNOut * state.iterations() / 1e9,
@@ -150,7 +165,7 @@ void BM_ReadBandwidth(benchmark::State& state) {
 }
 
 void decode_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"dtype", "tokens", "cold", "threads", "isa", "bf16"});
+  b->ArgNames({"dtype", "tokens", "cold", "threads", "isa", "path"});
   for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 1, kThreads, -1, 0});  // the number that matters
   for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 1, 1, -1, 0});
   for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 1, 0, 1, -1, 0});
@@ -158,13 +173,14 @@ void decode_args(benchmark::internal::Benchmark* b) {
   for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 4, 1, kThreads, -1, 0});
   for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 7, 1, kThreads, -1, 0});
   for (int d = 5; d < kNumDTypes; ++d) b->Args({d, 1, 0, 1, static_cast<int>(Isa::kScalar), 0});  // k-quant references
-  // Batched decode steps of f16 / bf16 weights from DRAM: the f32 decode kernels vs the bf16
-  // GEMM of --batched-bf16 (which holds f16 weights as bf16: the bf16 rows are its case).
+  // Batched decode steps of f16 / bf16 weights from DRAM: the f32 GEMM, the bf16 GEMM of
+  // --batched-bf16 (which holds f16 weights as bf16: the bf16 rows are its case) and the f32
+  // decode kernels.
   for (int d : {1, 2})
-    for (int t : {16, 32, 48})
-      for (int bf16 : {0, 1}) b->Args({d, t, 1, kThreads, -1, bf16});
+    for (int t : {8, 12, 16, 32, 48})
+      for (int path : {0, 1, 2}) b->Args({d, t, 1, kThreads, -1, path});
   for (int d : {1, 2})
-    for (int bf16 : {0, 1}) b->Args({d, 16, 0, kThreads, -1, bf16});  // their compute ceiling
+    for (int path : {0, 1, 2}) b->Args({d, 16, 0, kThreads, -1, path});  // their compute ceiling
   b->UseRealTime();
 }
 

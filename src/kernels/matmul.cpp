@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "kernels/matmul_amx.h"
 #include "kernels/matmul_bf16.h"
+#include "kernels/matmul_f32.h"
 #include "kernels/matmul_int8.h"
 #include "kernels/matmul_isa.h"
 #include "kernels/quant.h"
@@ -305,6 +306,13 @@ Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max
       for (auto& w : bf16_->w) w.resize(static_cast<size_t>(detail::kBf16RowChunk * max_in));
     }
   }
+  if (isa == Isa::kAvx512 && max_tokens >= kF32MinTokens) {
+    f32_ = std::make_unique<detail::F32Scratch>();
+    const int64_t tokens = detail::panel_pad_tokens(std::min(max_tokens, kDecodeMaxTokens));
+    f32_->x.resize(static_cast<size_t>(tokens * max_in + 16));
+    f32_->w.resize(static_cast<size_t>(pool.num_threads()));
+    for (auto& w : f32_->w) w.resize(static_cast<size_t>(detail::kF32ChunkFloats + 16));
+  }
 }
 
 Matmul::~Matmul() = default;
@@ -312,6 +320,8 @@ Matmul::~Matmul() = default;
 bool Matmul::uses_bf16(const WeightView& w) const {
   return bf16_ != nullptr && (w.dtype == DType::kF16 || w.dtype == DType::kBF16) && !uses_amx(w);
 }
+
+bool Matmul::uses_f32(const WeightView& w) const { return f32_gemm_ && f32_ != nullptr && detail::f32_gemm_weights(w); }
 
 bool Matmul::uses_int8(const WeightView& w) const {
   return int8_ != nullptr && detail::int8_gemm_dtype(w.dtype) && !uses_amx(w);
@@ -335,6 +345,9 @@ void Matmul::run(const WeightView& w, const float* x, int64_t n_tokens, float* y
     case Path::kBf16:
       run_prefill_bf16(w, x, n_tokens, y);
       return;
+    case Path::kF32:
+      run_f32(w, x, n_tokens, y);
+      return;
     case Path::kSgemm:
       run_prefill(w, x, n_tokens, y);
       return;
@@ -345,6 +358,7 @@ Matmul::Path Matmul::path(const WeightView& w, int64_t n_tokens) const {
   if (uses_decode_kernels(w.dtype, n_tokens)) {
     if (n_tokens >= kInt8MinTokens && uses_int8(w)) return Path::kInt8;
     if (batched_bf16_ && n_tokens >= kBf16MinTokens && uses_bf16(w)) return Path::kBf16;
+    if (n_tokens >= kF32MinTokens && uses_f32(w)) return Path::kF32;
     return Path::kDecode;
   }
   if (uses_amx(w)) return Path::kAmx;
@@ -511,6 +525,28 @@ void Matmul::run_prefill_bf16(const WeightView& w, const float* x, int64_t n_tok
         }
       },
       detail::kBf16RowChunk);
+}
+
+void Matmul::run_f32(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  PrefillJob job{this, &w, x, n_tokens, y};
+  pool_.parallel_for(
+      n_tokens,
+      [&job](int64_t begin, int64_t end, int) {
+        detail::f32_prepare_x(job.x, begin, end, job.w->n_in, job.self->f32_->x_data());
+      },
+      ThreadPool::grain_for(w.n_in, ThreadPool::kMinWorkPerThread));
+  detail::f32_pad_x(n_tokens, w.n_in, f32_->x_data());
+  pool_.parallel_for(
+      w.n_out,
+      [&job](int64_t begin, int64_t end, int thread) {
+        detail::F32Scratch& s = *job.self->f32_;
+        float* chunk = detail::F32Scratch::aligned(s.w[static_cast<size_t>(thread)]);
+        for (int64_t o0 = begin; o0 < end; o0 += detail::kF32RowChunk) {
+          detail::f32_gemm_rows(*job.w, o0, std::min(end, o0 + detail::kF32RowChunk), s.x_data(), job.n_tokens, chunk,
+                                job.y, job.w->n_out);
+        }
+      },
+      detail::kF32RowChunk);
 }
 
 void Matmul::run_prefill(const WeightView& w, const float* x, int64_t n_tokens, float* y) {

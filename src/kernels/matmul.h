@@ -19,8 +19,10 @@
 //     to Q8_K (256-value blocks) and dotted per super-block. Memory-bandwidth bound on one token.
 //     From kInt8MinTokens tokens on, quantized weights go to the int8 GEMM below instead
 //     where it runs (uses_int8): the same arithmetic, 16 tokens to a register. F16/BF16
-//     weights stay on the f32 decode kernels here unless set_batched_bf16(true): then calls of
-//     kBf16MinTokens or more tokens run the bf16 GEMM below (about twice as fast, but a
+//     weights from kF32MinTokens tokens on run the f32 GEMM (kernels/matmul_f32.h) on
+//     Isa::kAvx512: the decode arithmetic, 16 tokens to a register, each token's result
+//     independent of the others in the call. With set_batched_bf16(true) calls of
+//     kBf16MinTokens or more tokens run the bf16 GEMM below instead (faster again, but a
 //     decoding sequence's numbers then depend on how many others share its step, at bf16's
 //     2^-8 instead of f32 rounding; an opt-in of the deployment, EngineConfig::batched_bf16).
 //   - prefill (n_tokens >= kBlasMinTokens): each thread dequantizes a chunk of weight rows to
@@ -35,7 +37,7 @@
 //     F16/BF16 weights there, with AVX512-BF16, run the bf16 GEMM (kernels/matmul_bf16.h):
 //     W and x rounded to bf16, twice the f32 FMA rate, within 2^-7 sum |w||x| of the exact
 //     product (the sgemm path it replaces: 1e-5).
-// Decode and the int8 prefill are compared against `matmul_decode_reference` (to float
+// Decode, the f32 GEMM and the int8 prefill are compared against `matmul_decode_reference` (to float
 // rounding), the bf16 prefill against `matmul_bf16_reference`, the other prefill paths against
 // `matmul_reference`, on every ISA, in tests/kernels/matmul_test.cpp.
 #pragma once
@@ -55,6 +57,7 @@ namespace pagoda::kernels {
 namespace detail {
 struct Int8Scratch;  // kernels/matmul_int8.h
 struct Bf16Scratch;  // kernels/matmul_bf16.h
+struct F32Scratch;   // kernels/matmul_f32.h
 }
 
 struct WeightView {
@@ -102,9 +105,12 @@ class Matmul {
   // Batched decode calls (kBf16MinTokens..kDecodeMaxTokens tokens) of F16/BF16 weights run the
   // bf16 GEMM where uses_bf16 (see the paths above). Off by default.
   void set_batched_bf16(bool on) { batched_bf16_ = on; }
+  // Off: batched decode calls that would take the f32 GEMM stay on the decode kernels (the
+  // A/B of matmul_bench). On by default.
+  void set_f32_gemm(bool on) { f32_gemm_ = on; }
   // The path a call of n_tokens rows against w takes (the paths above): the decode kernels,
-  // dequantize + sgemm, AMX tiles, the int8 GEMM or the bf16 GEMM.
-  enum class Path { kDecode, kSgemm, kAmx, kInt8, kBf16 };
+  // dequantize + sgemm, AMX tiles, the int8 GEMM, the bf16 GEMM or the f32 GEMM.
+  enum class Path { kDecode, kSgemm, kAmx, kInt8, kBf16, kF32 };
   Path path(const WeightView& w, int64_t n_tokens) const;
   // Whether prefill against these weights runs on AMX tiles (see the paths above).
   bool uses_amx(const WeightView& w) const {
@@ -117,6 +123,10 @@ class Matmul {
   // BF16 weights on Isa::kAvx512 with AVX512-BF16 and without AMX. Its arithmetic is
   // matmul_bf16_reference's.
   bool uses_bf16(const WeightView& w) const;
+  // Whether batched decode calls (kF32MinTokens..kDecodeMaxTokens tokens) against these weights
+  // run the f32 GEMM (kernels/matmul_f32.h): F16 and BF16 weights (n_in a multiple of 16) on
+  // Isa::kAvx512, unless set_f32_gemm(false).
+  bool uses_f32(const WeightView& w) const;
   static constexpr int64_t kBlasMinTokens = 8;  // fewer tokens: decode path
   static constexpr int64_t kDecodeGroupTokens = kBlasMinTokens - 1;  // tokens per kernel pass
   static constexpr int64_t kDecodeMaxTokens = 48;  // non-F32 weights: decode kernels up to here
@@ -137,6 +147,11 @@ class Matmul {
   // read in place 555 / 847 / 760 GFLOP/s, F16 rows converted per chunk 321 / 557 / 583,
   // against the f32 decode kernels' 204 / 215 / 204).
   static constexpr int64_t kBf16MinTokens = 16;
+  // Batched decode calls of F16/BF16 weights from this many tokens take the f32 GEMM where
+  // uses_f32: its time is flat up to 16 tokens (one register), the decode kernels' grows by
+  // group of 7 (2,048 x 5,632 f16, 1 thread, 2026-12-06: 8 tokens 1.92 ms both, 12 tokens
+  // 1.95 against 2.22, 16 tokens 1.93 against 3.58).
+  static constexpr int64_t kF32MinTokens = kBlasMinTokens + 1;
   // Weight rows dequantized per sgemm call: 128 x max_in f32 per thread (64..256 measured
   // alike on Zen 4 at 512 tokens).
   static constexpr int64_t kBlasRowChunk = 128;
@@ -148,11 +163,13 @@ class Matmul {
   void run_prefill_amx(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   void run_prefill_int8(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   void run_prefill_bf16(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+  void run_f32(const WeightView& w, const float* x, int64_t n_tokens, float* y);
 
   ThreadPool& pool_;
   Isa isa_;
   int64_t max_tokens_, max_in_, max_out_;
   bool batched_bf16_ = false;                  // set_batched_bf16
+  bool f32_gemm_ = true;                       // set_f32_gemm
   // x quantized to Q8_0 for the integer decode kernels (layout: kernels/matmul_isa.h).
   // Decode tokens: min(max_tokens, kDecodeMaxTokens), in groups of kDecodeGroupTokens.
   int64_t decode_groups_ = 0;                  // ceil(decode tokens / kDecodeGroupTokens)
@@ -169,6 +186,7 @@ class Matmul {
   std::vector<std::vector<float>> c_scratch_;    // per thread: [32, 32] f32 (+16 to align)
   std::unique_ptr<detail::Int8Scratch> int8_;    // int8 prefill (Isa::kAvx512, no AMX), else null
   std::unique_ptr<detail::Bf16Scratch> bf16_;    // bf16 prefill (AVX512-BF16, no AMX), else null
+  std::unique_ptr<detail::F32Scratch> f32_;      // f32 GEMM of batched decode (Isa::kAvx512), else null
 };
 
 }  // namespace pagoda::kernels

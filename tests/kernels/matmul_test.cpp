@@ -129,7 +129,8 @@ std::vector<Case> make_cases(DType dtype, const std::vector<int64_t>& n_ins, con
 // is in `paths` (empty: all).
 using Paths = std::vector<Matmul::Path>;
 const Paths kExactPaths = {Matmul::Path::kDecode, Matmul::Path::kSgemm, Matmul::Path::kAmx};
-const Paths kDecodeArithmetic = {Matmul::Path::kDecode, Matmul::Path::kInt8};  // matmul_decode_reference's
+const Paths kDecodeArithmetic = {Matmul::Path::kDecode, Matmul::Path::kInt8,
+                                 Matmul::Path::kF32};  // matmul_decode_reference's
 
 bool runs(const Paths& paths, const Matmul& m, const WeightView& w, int64_t n_tokens) {
   return paths.empty() || std::find(paths.begin(), paths.end(), m.path(w, n_tokens)) != paths.end();
@@ -199,19 +200,66 @@ TEST_P(MatmulByDType, BatchedDecodeMatchesDecodeReference) {
                          kDecodeArithmetic));
 }
 
-// Batched decode steps of F16/BF16 weights stay on the f32 decode kernels (exact to float
-// rounding whatever the batch) even where the bf16 GEMM runs prefill.
+// Batched decode steps of F16/BF16 weights keep f32 arithmetic (exact to float rounding
+// whatever the batch) even where the bf16 GEMM runs prefill: the f32 GEMM from
+// kF32MinTokens tokens where it runs (unless set_f32_gemm(false)), else the decode kernels.
 TEST_P(MatmulByDType, BatchedDecodeOfHalfWeightsStaysF32) {
   const DType dtype = GetParam();
   if (dtype != DType::kF16 && dtype != DType::kBF16) return;
-  const Probe p(dtype);
-  const Matmul& probe = p.matmul;
+  Probe p(dtype);
+  Matmul& probe = p.matmul;
   const WeightView& view = p.view;
-  for (int64_t t = 1; t <= Matmul::kDecodeMaxTokens; ++t) EXPECT_EQ(probe.path(view, t), Matmul::Path::kDecode) << t;
+  EXPECT_EQ(probe.uses_f32(view), detect_isa() == Isa::kAvx512);
+  for (int64_t t = 1; t <= Matmul::kDecodeMaxTokens; ++t) {
+    const bool f32 = probe.uses_f32(view) && t >= Matmul::kF32MinTokens;
+    EXPECT_EQ(probe.path(view, t), f32 ? Matmul::Path::kF32 : Matmul::Path::kDecode) << t;
+  }
+  const WeightView odd{nullptr, dtype, 1, 40};  // n_in not a multiple of 16: the decode kernels
+  EXPECT_FALSE(probe.uses_f32(odd));
+  EXPECT_EQ(probe.path(odd, Matmul::kDecodeMaxTokens), Matmul::Path::kDecode);
   const Matmul::Path prefill = probe.path(view, Matmul::kDecodeMaxTokens + 1);
   EXPECT_EQ(prefill, probe.uses_amx(view)    ? Matmul::Path::kAmx
                     : probe.uses_bf16(view) ? Matmul::Path::kBf16
                                             : Matmul::Path::kSgemm);
+  probe.set_f32_gemm(false);
+  EXPECT_FALSE(probe.uses_f32(view));
+  for (int64_t t = 1; t <= Matmul::kDecodeMaxTokens; ++t) EXPECT_EQ(probe.path(view, t), Matmul::Path::kDecode) << t;
+}
+
+// The f32 GEMM: a token's result does not depend on which or how many tokens share its call
+// (kernels/matmul_f32.h), bit for bit: calls of 48 tokens, of 16..47 of them and of
+// permutations give each token the same bits.
+TEST_P(MatmulByDType, BatchedF32DecodeIsBatchInvariant) {
+  const DType dtype = GetParam();
+  if (dtype != DType::kF16 && dtype != DType::kBF16) return;
+  if (!Probe(dtype).matmul.uses_f32(Probe(dtype).view)) GTEST_SKIP() << "no AVX-512 here: no f32 GEMM";
+  Rng rng(330 + static_cast<int>(dtype));
+  for (int64_t n_in : {64, 288, 4096}) {
+    const int64_t n_out = 300, all = Matmul::kDecodeMaxTokens;
+    const Weights w = random_weights(dtype, n_out, n_in, rng);
+    const std::vector<float> x = random_x(all, n_in, rng);
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      Matmul matmul(pool, all, kMaxIn, kMaxOut);
+      ASSERT_EQ(matmul.path(w.view, all), Matmul::Path::kF32);
+      std::vector<float> y_all(static_cast<size_t>(all * n_out));
+      matmul.run(w.view, x.data(), all, y_all.data());
+      // Subsets: tokens [first, first + n) in reverse order.
+      for (auto [first, n] : {std::pair<int64_t, int64_t>{0, 16}, {5, 17}, {30, 18}, {3, 33}, {1, 47}}) {
+        ASSERT_EQ(matmul.path(w.view, n), Matmul::Path::kF32);
+        std::vector<float> xs(static_cast<size_t>(n * n_in)), ys(static_cast<size_t>(n * n_out));
+        for (int64_t i = 0; i < n; ++i) {
+          std::copy_n(x.begin() + (first + n - 1 - i) * n_in, n_in, xs.begin() + i * n_in);
+        }
+        matmul.run(w.view, xs.data(), n, ys.data());
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t t = first + n - 1 - i;
+          ASSERT_EQ(0, std::memcmp(ys.data() + i * n_out, y_all.data() + t * n_out, n_out * sizeof(float)))
+              << "token " << t << " in a call of " << n << ", n_in " << n_in << ", threads " << threads;
+        }
+      }
+    }
+  }
 }
 
 // Matmul::set_batched_bf16 (EngineConfig::batched_bf16): batched decode calls of F16/BF16

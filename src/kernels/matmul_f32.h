@@ -1,0 +1,59 @@
+// Internal to the kernels: the f32 GEMM of batched decode steps (Matmul::Path::kF32) for F16
+// and BF16 weights on Isa::kAvx512, from Matmul::kF32MinTokens to Matmul::kDecodeMaxTokens
+// tokens: 16 tokens to a register (the int8 / bf16 GEMMs' shape), where the decode kernels
+// put 16 inputs to a register and reduce across it.
+//
+// Arithmetic: y[t, o] = sum_i W[o, i] * x[t, i] with W converted exactly to f32 and one f32
+// accumulator per (o, t) running over i in order, one FMA per product: matmul_decode_reference's
+// sum, fused (its tests hold it to 1e-5 of sum |w||x|, as the decode kernels). Each token's
+// result depends on its own x row only, not on which or how many other tokens share the call
+// (its lane of the accumulators sees nothing else): BatchedF32DecodeIsBatchInvariant tests it.
+//
+// Layouts:
+//   x panel  [groups, n_in, kPanelLanes] f32   (kernels/matmul_panel.h with 4-byte units: one
+//            f32 of each of 16 tokens per input; padding tokens zero)
+//   w chunk  [kF32KChunk / 16, kR, 16] f32    per pool thread: a tile's kR rows, inputs
+//            [k0, k0 + kF32KChunk) converted, 16 inputs of each row in turn (rows past the
+//            matrix zero), so a product's weight is one broadcast load at a fixed offset
+// A tile is kR weight rows x 1..3 registers of 16 tokens (kR = 16 for one register, 8 for
+// more: at most 24 accumulators); per input it loads each token register once and
+// broadcast-loads each row's weight into one FMA per register.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/matmul_panel.h"
+
+namespace pagoda::kernels::detail {
+
+inline constexpr int64_t kF32RowChunk = 64;   // rows per f32_gemm_rows call, a multiple of 16
+inline constexpr int64_t kF32KChunk = 128;    // inputs converted at a time (8 KB at 16 rows)
+inline constexpr int64_t kF32ChunkFloats = kF32KChunk * 16;  // a w chunk, at most 16 rows
+
+struct F32Scratch {
+  std::vector<float> x;               // the panel (+16 to align to 64 bytes)
+  std::vector<std::vector<float>> w;  // per pool thread: the w chunk (+16 to align)
+  static float* aligned(std::vector<float>& v) {
+    return v.data() + (64 - reinterpret_cast<uintptr_t>(v.data()) % 64) % 64 / 4;
+  }
+  float* x_data() { return aligned(x); }
+};
+
+// Weights this GEMM takes: F16 or BF16, n_in a multiple of 16.
+inline bool f32_gemm_weights(const WeightView& w) {
+  return (w.dtype == DType::kF16 || w.dtype == DType::kBF16) && w.n_in % 16 == 0;
+}
+
+// Tokens [t_begin, t_end) of x [n_tokens, n_in] into the panel; f32_pad_x zeroes the padding
+// tokens after n_tokens.
+void f32_prepare_x(const float* x, int64_t t_begin, int64_t t_end, int64_t n_in, float* panel);
+void f32_pad_x(int64_t n_tokens, int64_t n_in, float* panel);
+
+// y[t * ldy + o] for t < n_tokens (<= 3 * kPanelLanes), o in [o_begin, o_end) (at most
+// kF32RowChunk rows); w_chunk: the calling thread's kF32ChunkFloats floats, 64-byte aligned.
+void f32_gemm_rows(const WeightView& w, int64_t o_begin, int64_t o_end, const float* panel, int64_t n_tokens,
+                   float* w_chunk, float* y, int64_t ldy);
+
+}  // namespace pagoda::kernels::detail
