@@ -82,6 +82,8 @@ json summary_json(const BenchSummary& s) {
           {"cached_tokens", s.cached_tokens},
           {"requests_per_s", s.requests_per_s},
           {"output_tokens_per_s", s.output_tokens_per_s},
+          {"failed_streamed_tokens", s.failed_streamed_tokens},
+          {"streamed_tokens_per_s", s.streamed_tokens_per_s},
           {"input_tokens_per_s", s.input_tokens_per_s},
           {"prefix_cache_hit_rate", s.prefix_cache_hit_rate},
           {"ttft_ms", distribution_json(s.ttft_s, 1e3)},
@@ -101,6 +103,10 @@ void print_table(const std::string& title, const BenchSummary& s, FILE* out) {
                static_cast<double>(s.completion_tokens) / ok);
   std::fprintf(out, "| requests/s | %.3f |\n", s.requests_per_s);
   std::fprintf(out, "| output tokens/s | %.1f |\n", s.output_tokens_per_s);
+  if (s.failed_streamed_tokens > 0) {
+    std::fprintf(out, "| output tokens/s, failed requests' streamed tokens too | %.1f (%lld streamed by failed requests) |\n",
+                 s.streamed_tokens_per_s, static_cast<long long>(s.failed_streamed_tokens));
+  }
   std::fprintf(out, "| input tokens/s | %.1f |\n", s.input_tokens_per_s);
   std::fprintf(out, "| TTFT p50 / p90 / p99 | %.1f / %.1f / %.1f ms |\n", s.ttft_s.p50 * 1e3, s.ttft_s.p90 * 1e3,
                s.ttft_s.p99 * 1e3);

@@ -40,9 +40,13 @@ BenchSummary summarize(std::span<const RequestRecord> records) {
   for (const RequestRecord& r : records) {
     first = std::min(first, r.send_s);
     last = std::max(last, r.end_s);
+    for (size_t i = 1; i < r.token_times_s.size(); ++i) {
+      itl.push_back(r.token_times_s[i] - r.token_times_s[i - 1]);
+    }
     if (!r.ok) {
       ++s.failed;
       ++s.errors[r.error.empty() ? "unknown error" : r.error];
+      s.failed_streamed_tokens += static_cast<int64_t>(r.token_times_s.size());
       continue;
     }
     ++s.succeeded;
@@ -52,14 +56,12 @@ BenchSummary summarize(std::span<const RequestRecord> records) {
     s.cached_tokens += r.cached_tokens;
     e2e.push_back(r.end_s - r.send_s);
     if (!r.token_times_s.empty()) ttft.push_back(r.token_times_s.front() - r.send_s);
-    for (size_t i = 1; i < r.token_times_s.size(); ++i) {
-      itl.push_back(r.token_times_s[i] - r.token_times_s[i - 1]);
-    }
   }
   s.duration_s = records.empty() ? 0 : std::max(0.0, last - first);
   if (s.duration_s > 0) {
     s.requests_per_s = static_cast<double>(s.succeeded) / s.duration_s;
     s.output_tokens_per_s = static_cast<double>(s.completion_tokens) / s.duration_s;
+    s.streamed_tokens_per_s = static_cast<double>(s.completion_tokens + s.failed_streamed_tokens) / s.duration_s;
     s.input_tokens_per_s = static_cast<double>(s.prompt_tokens) / s.duration_s;
   }
   if (s.prompt_tokens > 0) {

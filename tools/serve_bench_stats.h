@@ -43,12 +43,17 @@ struct BenchSummary {
   int64_t prompt_tokens = 0;        // over succeeded requests
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  // Text chunks that failed requests streamed before failing (each at least one token): a
+  // server that fails a request at its end (llama-server's chat parser on a reply cut inside a
+  // UTF-8 character) has still generated and sent them.
+  int64_t failed_streamed_tokens = 0;
   double requests_per_s = 0;        // succeeded / duration
   double output_tokens_per_s = 0;   // completion_tokens / duration
+  double streamed_tokens_per_s = 0; // (completion_tokens + failed_streamed_tokens) / duration
   double input_tokens_per_s = 0;    // prompt_tokens / duration
   double prefix_cache_hit_rate = 0; // cached_tokens / prompt_tokens
   Distribution ttft_s;              // succeeded requests with at least one text chunk
-  Distribution itl_s;               // every gap between consecutive text chunks
+  Distribution itl_s;               // every gap between consecutive text chunks, failed requests' too
   Distribution e2e_s;               // send -> end of succeeded requests
   std::map<std::string, int64_t> errors;  // message -> count
 };

@@ -25,7 +25,9 @@ function load(name) {
 const fmt = (x, digits = 1) => (x == null || !Number.isFinite(x) ? "-" : x.toFixed(digits));
 const ratio = (a, b) => (a == null || b == null || b === 0 ? null : a / b);
 const fmtRatio = (r) => (r == null ? "-" : `${r.toFixed(2)}x`);
-const tps = (j) => j?.summary.output_tokens_per_s ?? null;
+// Failed requests' streamed tokens count too (llama-server fails some random-weight replies at
+// their end, after streaming them: bench-serve's streamed_tokens_per_s).
+const tps = (j) => j?.summary.streamed_tokens_per_s ?? j?.summary.output_tokens_per_s ?? null;
 const failed = (j) => (j == null ? "" : j.summary.failed > 0 ? ` (${j.summary.failed} failed)` : "");
 
 const out = [];

@@ -219,7 +219,9 @@ def main():
         rs = f"{roof_s:.2f} s" if roof_s else "—"
         print(f"| llama-110m f16, 16 sequences × (64 prompt + 64 generated), in process | {l:.2f} s (`llama-batched-bench`) "
               f"| {p:.2f} s (`serving_bench`) | **{l / p:.2f}×** | {rs} | {pct} |")
-    tps = lambda f: load(f)["summary"]["output_tokens_per_s"]
+    # Failed requests' streamed tokens count too (llama-server fails some random-weight replies
+    # at their end, after streaming them).
+    tps = lambda f: load(f)["summary"].get("streamed_tokens_per_s", load(f)["summary"]["output_tokens_per_s"])
     itl = lambda f: load(f)["summary"]["itl_ms"]["p99"]
     p, l, _ = collect(out, "http16", tps, tps)
     pi, li, _ = collect(out, "http16", itl, itl)

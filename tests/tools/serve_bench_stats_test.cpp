@@ -60,14 +60,20 @@ TEST(ServeBenchStats, SummarizeAggregatesSucceededAndCountsErrors) {
   bad.error = "HTTP 503: busy";
   records.push_back(bad);
   records.push_back(bad);
+  RequestRecord cut = bad;  // failed at its end, after streaming 3 chunks
+  cut.token_times_s = {0.75, 1.0, 1.125};
+  cut.error = "error event: parse";
+  records.push_back(cut);
   RequestRecord no_usage = ok_record(3.0, {4.0}, 4.0, 0, 1, 0);
   no_usage.usage_seen = false;
   records.push_back(no_usage);
 
   const BenchSummary s = summarize(records);
-  EXPECT_EQ(s.requests, 5);
+  EXPECT_EQ(s.requests, 6);
   EXPECT_EQ(s.succeeded, 3);
-  EXPECT_EQ(s.failed, 2);
+  EXPECT_EQ(s.failed, 3);
+  EXPECT_EQ(s.failed_streamed_tokens, 3);
+  EXPECT_EQ(s.errors.at("error event: parse"), 1);
   EXPECT_EQ(s.missing_usage, 1);
   EXPECT_EQ(s.errors.at("HTTP 503: busy"), 2);
   EXPECT_DOUBLE_EQ(s.duration_s, 4.5);  // first send 0.5 -> last end 5.0
@@ -76,12 +82,15 @@ TEST(ServeBenchStats, SummarizeAggregatesSucceededAndCountsErrors) {
   EXPECT_EQ(s.cached_tokens, 60);
   EXPECT_DOUBLE_EQ(s.requests_per_s, 3 / 4.5);
   EXPECT_DOUBLE_EQ(s.output_tokens_per_s, 9 / 4.5);
+  EXPECT_DOUBLE_EQ(s.streamed_tokens_per_s, 12 / 4.5);
   EXPECT_DOUBLE_EQ(s.prefix_cache_hit_rate, 0.3);
-  // TTFT: 0.5, 0.25, 1.0; ITL: 0.25, 0.25, 1.0; E2E: 1, 3, 1.
+  // TTFT: 0.5, 0.25, 1.0 (succeeded only); ITL: 0.25, 0.25, 1.0 and the failed stream's
+  // 0.25, 0.125; E2E: 1, 3, 1.
   EXPECT_EQ(s.ttft_s.count, 3);
   EXPECT_DOUBLE_EQ(s.ttft_s.p50, 0.5);
-  EXPECT_EQ(s.itl_s.count, 3);
+  EXPECT_EQ(s.itl_s.count, 5);
   EXPECT_DOUBLE_EQ(s.itl_s.p50, 0.25);
+  EXPECT_DOUBLE_EQ(s.itl_s.mean, (0.25 + 0.25 + 1.0 + 0.25 + 0.125) / 5);
   EXPECT_DOUBLE_EQ(s.itl_s.max, 1.0);
   EXPECT_DOUBLE_EQ(s.e2e_s.p50, 1.0);
   EXPECT_DOUBLE_EQ(s.e2e_s.max, 3.0);
