@@ -160,14 +160,14 @@ if [[ "$ONLY" != llama ]]; then
   stop_server
 fi
 if [[ "$ONLY" != pagoda ]]; then
-  # llama-server: -c is shared by the slots (512 tokens each, 2,048 at least). A 6-turn chat's
-  # history reaches ~1,100 tokens, which 512 or 1,024 a slot refuse; 2,048 a slot made its
-  # random-workload decode several times slower (2026-12-06), so the multi-turn rows of the
-  # native peer need a run of their own with a larger -c.
+  # llama-server: -c is shared by the slots, 2,048 tokens each: a 6-turn chat's history reaches
+  # ~1,100 tokens, which 512 or 1,024 a slot refuse. (A run on 2026-12-06 saw its decode many
+  # times slower at 2,048 a slot; re-measured alone the same day, 1 request at a time decodes
+  # alike at 512 and 2,048 a slot, 165-175 tok/s.)
   if [[ "$PEER_KIND" == native ]]; then
     llama() { local slots="$1"; shift
       exec "$NATIVE_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -t "$THREADS" --no-mmap -np "$slots" \
-        -c $(( slots * 512 > 2048 ? slots * 512 : 2048 )) "$@"; }
+        -c $(( slots * 2048 )) "$@"; }
     NOCACHE=--no-cache-prompt
   else
     llama() { local slots="$1"; shift

@@ -25,9 +25,11 @@ function load(name) {
 const fmt = (x, digits = 1) => (x == null || !Number.isFinite(x) ? "-" : x.toFixed(digits));
 const ratio = (a, b) => (a == null || b == null || b === 0 ? null : a / b);
 const fmtRatio = (r) => (r == null ? "-" : `${r.toFixed(2)}x`);
-// Failed requests' streamed tokens count too (llama-server fails some random-weight replies at
-// their end, after streaming them: bench-serve's streamed_tokens_per_s).
-const tps = (j) => j?.summary.streamed_tokens_per_s ?? j?.summary.output_tokens_per_s ?? null;
+// Every request asks for the same number of tokens (ignore_eos), and llama-server fails some
+// random-weight replies only at their very end (its chat parser on a reply cut inside a UTF-8
+// character), after generating all of them: failed requests count as full replies.
+const tps = (j) => (j && j.summary.succeeded > 0
+  ? j.summary.output_tokens_per_s * j.summary.requests / j.summary.succeeded : null);
 const failed = (j) => (j == null ? "" : j.summary.failed > 0 ? ` (${j.summary.failed} failed)` : "");
 
 const out = [];
