@@ -7,6 +7,7 @@
 #   bench/serve_side_by_side.sh --model FILE.gguf [--out DIR] [--only pagoda|llama] [--peer native|node]
 #       [--concurrency 1,4,16,64] [--output-len 64] [--prompt-len 32] [--requests-per-client 2] [--min-requests 16]
 #       [--sessions 8] [--turns 6] [--turn-len 24] [--system-prompt-len 64] [--threads 2] [--port 18181]
+#       [--rounds 1]
 #
 # Runs, each server started alone, waited for on /health and killed afterwards:
 #   pagoda serve                    random workload at each concurrency (closed loop), multi-turn
@@ -16,7 +17,10 @@
 #   llama_server.mjs --slots 16 --no-prefix-cache   multi-turn
 #   llama_server.mjs --slots 1      random workload at each concurrency
 # Every random run sends concurrency x --requests-per-client requests (at least --min-requests) of
-# --output-len tokens (ignore_eos). Raw bench-serve JSON goes to --out (default
+# --output-len tokens (ignore_eos), seeded --seed + concurrency (so a level's prompts are not the
+# previous level's, cached). --rounds N repeats all of the above N times (Pagoda's servers, then
+# llama.cpp's, each round), into OUT/r1 .. OUT/rN; the table gives medians over rounds. Raw
+# bench-serve JSON goes to --out (default
 # bench/results/DATE-serve/), the table to stdout and OUT/table.md. Needs a Release build
 # (BUILD_DIR, default build/; SERVE_BIN=... to serve from another pagoda binary) and Node >= 20. Run on an otherwise idle machine.
 set -euo pipefail
@@ -42,6 +46,7 @@ THREADS=2
 PORT=18181
 SEED=1
 PEER_KIND=native
+ROUNDS=1
 NATIVE_SERVER="${PAGODA_PEER_CACHE:-/work/cache}/llama.cpp/build/bin/llama-server"
 
 die() { echo "serve_side_by_side: $*" >&2; exit 1; }
@@ -65,7 +70,8 @@ while [[ $# -gt 0 ]]; do
     --port) PORT="${2:?}"; shift 2 ;;
     --seed) SEED="${2:?}"; shift 2 ;;
     --peer) PEER_KIND="${2:?}"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --rounds) ROUNDS="${2:?}"; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
@@ -125,10 +131,10 @@ start_server() {
   "$PAGODA" bench-serve --url "$URL" --num-requests 2 --prompt-len 8 --output-len 4 --json >/dev/null 2>&1 || true
 }
 
-bench() {  # bench FILE ARGS...: one bench-serve run, JSON kept in OUT/FILE
-  local file="$1"; shift
+bench() {  # bench FILE SEED ARGS...: one bench-serve run, JSON kept in OUT/FILE
+  local file="$1" seed="$2"; shift 2
   log "  bench-serve $* -> $file"
-  "$PAGODA" bench-serve --url "$URL" --seed "$SEED" --json "$@" >"$OUT/$file" 2>"$OUT/${file%.json}.log" ||
+  "$PAGODA" bench-serve --url "$URL" --seed "$seed" --json "$@" >"$OUT/$file" 2>"$OUT/${file%.json}.log" ||
     log "  (bench-serve exited non-zero; see $OUT/${file%.json}.log)"
 }
 
@@ -136,16 +142,19 @@ random_levels() {  # random_levels PREFIX: the random workload at every concurre
   local prefix="$1" c n
   for c in "${LEVELS[@]}"; do
     n=$(( c * PER_CLIENT )); (( n < MIN_REQUESTS )) && n=$MIN_REQUESTS
-    bench "$prefix-c$c.json" --workload random --concurrency "$c" --num-requests "$n" \
+    bench "$prefix-c$c.json" $((SEED + c)) --workload random --concurrency "$c" --num-requests "$n" \
       --prompt-len "$PROMPT_LEN" --output-len "$OUTPUT_LEN"
   done
 }
 
 multi_turn() {  # multi_turn FILE
-  bench "$1" --workload multi-turn --sessions "$SESSIONS" --turns "$TURNS" --concurrency "$SESSIONS" \
+  bench "$1" "$SEED" --workload multi-turn --sessions "$SESSIONS" --turns "$TURNS" --concurrency "$SESSIONS" \
     --system-prompt-len "$SYSTEM_LEN" --prompt-len "$TURN_LEN" --output-len "$OUTPUT_LEN"
 }
 
+OUT_BASE="$OUT"
+for round in $(seq 1 "$ROUNDS"); do
+if (( ROUNDS > 1 )); then OUT="$OUT_BASE/r$round"; mkdir -p "$OUT"; log "round $round/$ROUNDS"; fi
 if [[ "$ONLY" != llama ]]; then
   pagoda_serve() { exec "$SERVE_BIN" serve -m "$MODEL" --port "$PORT" --threads "$THREADS" --http-threads 256 "$@"; }
   start_server pagoda pagoda_serve
@@ -185,6 +194,9 @@ if [[ "$ONLY" != pagoda ]]; then
   random_levels llama-s1
   stop_server
 fi
+
+done
+OUT="$OUT_BASE"
 
 node "$PEER/serve_table.mjs" --dir "$OUT" --concurrency "$CONCURRENCY" --model "$(basename "$MODEL")" |
   tee "$OUT/table.md"

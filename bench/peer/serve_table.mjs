@@ -3,7 +3,7 @@
 // left in --dir. Missing files (a half that was not run, a failed run) show as "-".
 import fs from "node:fs";
 import path from "node:path";
-import {fail, parseArgs} from "./common.mjs";
+import {fail, parseArgs} from "./args.mjs";
 
 const usage = "usage: node bench/peer/serve_table.mjs --dir DIR [--concurrency 1,4,16,64] [--model NAME]\n";
 const args = parseArgs(process.argv.slice(2), {dir: "string", concurrency: "string", model: "string"}, usage);
@@ -11,8 +11,14 @@ if (args.dir == null)
     fail(`--dir is required\n${usage}`);
 const levels = (args.concurrency ?? "1,4,16,64").split(",").map((c) => c.trim());
 
-function load(name) {
-    const file = path.join(args.dir, name);
+// The rounds of a run: DIR/r1, DIR/r2, ... when bench/serve_side_by_side.sh ran --rounds, else DIR.
+const roundDirs = (() => {
+    const rounds = fs.readdirSync(args.dir).filter((d) => /^r\d+$/.test(d)).sort((x, y) => x.slice(1) - y.slice(1));
+    return rounds.length > 0 ? rounds.map((d) => path.join(args.dir, d)) : [args.dir];
+})();
+
+function loadOne(dir, name) {
+    const file = path.join(dir, name);
     if (!fs.existsSync(file))
         return null;
     try {
@@ -22,15 +28,28 @@ function load(name) {
         return null;
     }
 }
+// Every round's run of `name` that succeeded at all.
+const load = (name) => roundDirs.map((d) => loadOne(d, name)).filter((j) => j != null);
+function median(values) {
+    const v = values.filter((x) => x != null && Number.isFinite(x)).sort((x, y) => x - y);
+    if (v.length === 0)
+        return null;
+    return v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+}
+// The median over rounds of metric f.
+const med = (runs, f) => median(runs.map(f));
 const fmt = (x, digits = 1) => (x == null || !Number.isFinite(x) ? "-" : x.toFixed(digits));
 const ratio = (a, b) => (a == null || b == null || b === 0 ? null : a / b);
 const fmtRatio = (r) => (r == null ? "-" : `${r.toFixed(2)}x`);
 // Every request asks for the same number of tokens (ignore_eos), and llama-server fails some
 // random-weight replies only at their very end (its chat parser on a reply cut inside a UTF-8
 // character), after generating all of them: failed requests count as full replies.
-const tps = (j) => (j && j.summary.succeeded > 0
-  ? j.summary.output_tokens_per_s * j.summary.requests / j.summary.succeeded : null);
-const failed = (j) => (j == null ? "" : j.summary.failed > 0 ? ` (${j.summary.failed} failed)` : "");
+const tps1 = (j) => j.summary.output_tokens_per_s * j.summary.requests / j.summary.succeeded;
+const tps = (runs) => med(runs, tps1);
+const failed = (runs) => {
+    const n = runs.reduce((sum, j) => sum + j.summary.failed, 0);
+    return n > 0 ? ` (${n} failed)` : "";
+};
 
 const out = [];
 out.push(`### Serving throughput${args.model ? ` (${args.model})` : ""}: output tokens/s, closed loop`);
@@ -51,18 +70,22 @@ out.push("| server | TTFT p50 on / off (ms) | ratio off/on | TTFT p99 on / off (
 out.push("|---|---:|---:|---:|---:|---:|---:|");
 for (const [name, prefix] of [["Pagoda", "pagoda"], ["llama.cpp", "llama"]]) {
     const on = load(`${prefix}-mt-on.json`), off = load(`${prefix}-mt-off.json`);
-    const t = (j, q) => j?.summary.ttft_ms[q] ?? null;
-    const hit = (j) => (j == null ? "-" : `${(j.summary.prefix_cache_hit_rate * 100).toFixed(1)}%`);
+    const t = (runs, q) => med(runs, (j) => j.summary.ttft_ms[q]);
+    const hit = (runs) => {
+        const h = med(runs, (j) => j.summary.prefix_cache_hit_rate);
+        return h == null ? "-" : `${(h * 100).toFixed(1)}%`;
+    };
     out.push(`| ${name} | ${fmt(t(on, "p50"))} / ${fmt(t(off, "p50"))} | ${fmtRatio(ratio(t(off, "p50"), t(on, "p50")))} ` +
         `| ${fmt(t(on, "p99"))} / ${fmt(t(off, "p99"))} | ${fmtRatio(ratio(t(off, "p99"), t(on, "p99")))} ` +
         `| ${hit(on)} / ${hit(off)} | ${fmt(tps(on))} / ${fmt(tps(off))} |`);
 }
-const any = load(`pagoda-c${levels[0]}.json`) ?? load(`llama-s16-c${levels[0]}.json`);
+const any = [...load(`pagoda-c${levels[0]}.json`), ...load(`llama-s16-c${levels[0]}.json`)][0];
 if (any != null) {
     const c = any.config;
     out.push("");
     out.push(`Random workload: prompts of ${c.prompt_len.join("-")} words, ${c.output_len.join("-")} output tokens ` +
         `(ignore_eos), seed ${c.seed}. Ratios: throughput over the one-at-a-time server at the same concurrency; ` +
-        "multi-turn TTFT ratios are off/on (higher: the cache helps more).");
+        "multi-turn TTFT ratios are off/on (higher: the cache helps more). " +
+        `Medians of ${roundDirs.length} round(s); "failed": requests over all rounds (counted as full replies).`);
 }
 process.stdout.write(out.join("\n") + "\n");
