@@ -97,6 +97,9 @@ SERVER_PID=""
 stop_server() {
   if [[ -n "$SERVER_PID" ]]; then
     kill "$SERVER_PID" 2>/dev/null || true
+    # llama-server has hung in its shutdown (asleep, port still bound; 2026-12-06): 30 s, then KILL.
+    for _ in $(seq 1 60); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$SERVER_PID" 2>/dev/null || true
     wait "$SERVER_PID" 2>/dev/null || true
     SERVER_PID=""
     # The next server needs the port: wait until nothing listens on it any more.

@@ -84,7 +84,7 @@ if (any != null) {
     const c = any.config;
     out.push("");
     out.push(`Random workload: prompts of ${c.prompt_len.join("-")} words, ${c.output_len.join("-")} output tokens ` +
-        `(ignore_eos), seed ${c.seed}. Ratios: throughput over the one-at-a-time server at the same concurrency; ` +
+        `(ignore_eos), seed ${c.seed - Number(levels[0])} + concurrency. Ratios: throughput over the one-at-a-time server at the same concurrency; ` +
         "multi-turn TTFT ratios are off/on (higher: the cache helps more). " +
         `Medians of ${roundDirs.length} round(s); "failed": requests over all rounds (counted as full replies).`);
 }

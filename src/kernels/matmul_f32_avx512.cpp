@@ -20,12 +20,11 @@ inline __m512 load16(const uint16_t* src) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// Rows [r0, r1) of the tile (rows[r] = row r, zero from `real` on), inputs [k0, k0 + kn), into
-// chunk [kn / 16, kR, 16].
+// The tile's rows (rows + r * row_bytes for r < real, zero from `real` on), inputs
+// [k0, k0 + kn), into chunk [kn / 16, kR, 16].
 template <int kR, DType kDType>
-inline void convert_rows(const uint8_t* rows, size_t row_bytes, int64_t real, int64_t r0, int64_t r1, int64_t k0,
-                         int64_t kn, float* chunk) {
-  for (int64_t r = r0; r < r1; ++r) {
+inline void convert_chunk(const uint8_t* rows, size_t row_bytes, int64_t real, int64_t k0, int64_t kn, float* chunk) {
+  for (int64_t r = 0; r < kR; ++r) {
     float* dst = chunk + r * 16;
     if (r >= real) {
       for (int64_t j = 0; j < kn / 16; ++j) _mm512_store_ps(dst + j * kR * 16, _mm512_setzero_ps());
@@ -54,7 +53,7 @@ __attribute__((noinline)) void tile(const uint8_t* rows, size_t row_bytes, int64
     for (int g = 0; g < kG; ++g) acc[r][g] = _mm512_setzero_ps();
   for (int64_t k0 = 0; k0 < n_in; k0 += kF32KChunk) {
     const int64_t kn = std::min(kF32KChunk, n_in - k0);
-    convert_rows<kR, kDType>(rows, row_bytes, real, 0, kR, k0, kn, chunk);
+    convert_chunk<kR, kDType>(rows, row_bytes, real, k0, kn, chunk);
     // Chunk k0 + kPrefetchChunks * kF32KChunk of each row; past a row's end that is the next
     // tile's rows (rows are contiguous), which the tile after this one reads first.
     const int64_t ahead = k0 + kPrefetchChunks * kF32KChunk;
@@ -89,20 +88,19 @@ __attribute__((noinline)) void tile(const uint8_t* rows, size_t row_bytes, int64
     for (int g = 0; g < kG; ++g) _mm512_storeu_ps(out + (r * kG + g) * kPanelLanes, acc[r][g]);
 }
 
-// Rows [o_begin, o_end) against token registers [g0, g0 + kG), kR rows a tile.
+// Rows [o_begin, o_end) against all kG token registers of the panel, kR rows a tile.
 template <int kR, int kG, DType kDType>
-void gemm_groups(const WeightView& w, int64_t o_begin, int64_t o_end, const float* panel, int64_t g0,
-                 int64_t n_tokens, float* chunk, float* y, int64_t ldy) {
+void gemm_groups(const WeightView& w, int64_t o_begin, int64_t o_end, const float* panel, int64_t n_tokens,
+                 float* chunk, float* y, int64_t ldy) {
   const float* xg[kG];
-  for (int g = 0; g < kG; ++g) xg[g] = panel + (g0 + g) * w.n_in * kPanelLanes;
-  const int64_t t_begin = g0 * kPanelLanes, t_end = std::min(n_tokens, (g0 + kG) * kPanelLanes);
+  for (int g = 0; g < kG; ++g) xg[g] = panel + g * w.n_in * kPanelLanes;
   alignas(64) float out[kR * kG * kPanelLanes];
   const size_t row_bytes = w.row_bytes();
   for (int64_t o0 = o_begin; o0 < o_end; o0 += kR) {
     const int64_t real = std::min<int64_t>(kR, o_end - o0);
     tile<kR, kG, kDType>(w.row(o0), row_bytes, w.n_in, real, xg, chunk, out);
-    for (int64_t t = t_begin; t < t_end; ++t) {
-      const int64_t g = t / kPanelLanes - g0, lane = t % kPanelLanes;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const int64_t g = t / kPanelLanes, lane = t % kPanelLanes;
       float* yt = y + t * ldy + o0;
       for (int64_t r = 0; r < real; ++r) yt[r] = out[(r * kG + g) * kPanelLanes + lane];
     }
@@ -114,11 +112,11 @@ void gemm_rows(const WeightView& w, int64_t o_begin, int64_t o_end, const float*
                float* chunk, float* y, int64_t ldy) {
   switch (panel_pad_tokens(n_tokens) / kPanelLanes) {
     case 1:
-      return gemm_groups<16, 1, kDType>(w, o_begin, o_end, panel, 0, n_tokens, chunk, y, ldy);
+      return gemm_groups<16, 1, kDType>(w, o_begin, o_end, panel, n_tokens, chunk, y, ldy);
     case 2:
-      return gemm_groups<8, 2, kDType>(w, o_begin, o_end, panel, 0, n_tokens, chunk, y, ldy);
+      return gemm_groups<8, 2, kDType>(w, o_begin, o_end, panel, n_tokens, chunk, y, ldy);
     case 3:
-      return gemm_groups<8, 3, kDType>(w, o_begin, o_end, panel, 0, n_tokens, chunk, y, ldy);
+      return gemm_groups<8, 3, kDType>(w, o_begin, o_end, panel, n_tokens, chunk, y, ldy);
     default:
       CHECK(false) << n_tokens << " tokens: the f32 GEMM takes at most " << 3 * kPanelLanes;
   }
