@@ -148,10 +148,11 @@ class Matmul {
   // against the f32 decode kernels' 204 / 215 / 204).
   static constexpr int64_t kBf16MinTokens = 16;
   // Batched decode calls of F16/BF16 weights from this many tokens take the f32 GEMM where
-  // uses_f32: its time is flat up to 16 tokens (one register), the decode kernels' grows by
-  // group of 7 (2,048 x 5,632 f16, 1 thread, 2026-12-06: 8 tokens 1.92 ms both, 12 tokens
-  // 1.95 against 2.22, 16 tokens 1.93 against 3.58).
-  static constexpr int64_t kF32MinTokens = kBlasMinTokens + 1;
+  // uses_f32. Its time is flat up to 16 tokens (one register), the decode kernels' grows by
+  // groups of 7; but the GEMM pulls less DRAM bandwidth (2,048 x 5,632 f16, 2026-12-06: 1 thread
+  // 1.93 ms at 8, 12 and 16 tokens against the decode kernels' 1.92 / 2.22 / 3.58 ms; 2 threads
+  // at 12 tokens 1.18-1.80 ms against 1.02-1.06, at 16 tokens 1.11-1.78 against 1.71-1.73).
+  static constexpr int64_t kF32MinTokens = 16;
   // Weight rows dequantized per sgemm call: 128 x max_in f32 per thread (64..256 measured
   // alike on Zen 4 at 512 tokens).
   static constexpr int64_t kBlasRowChunk = 128;
