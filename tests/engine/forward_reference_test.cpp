@@ -139,10 +139,10 @@ TEST(ForwardReference, LongPrefillChunksOfHalfWeightsStayNearFloat64) {
 }
 
 // EngineConfig::batched_bf16 (--batched-bf16, F16 weights rounded to BF16 at load as tools/
-// does): chunks of 20 rows, which the f32 decode kernels take by default, go through the bf16
-// GEMM on F16/BF16 weights where the CPU has it. The logits then stay within the bf16
-// prefill's 3e-2 of the float64 forward, and the rounding is really there; off, the same
-// chunks stay within 2e-4.
+// does): chunks of 20 rows, which f32 arithmetic (the f32 GEMM or the decode kernels) takes
+// by default, go through the bf16 GEMM on F16/BF16 weights where the CPU has it. The logits
+// then stay within the bf16 prefill's 3e-2 of the float64 forward, and the rounding is really
+// there; off, the same chunks stay within 2e-4.
 TEST(ForwardReference, BatchedBf16StepsOfHalfWeightsStayNearFloat64) {
   const std::vector<Case> cases = {
       {"GQA hd8 f16", {"t", 64, 2, 8, 2, 96, 300, 80}, DType::kF16},
@@ -163,9 +163,11 @@ TEST(ForwardReference, BatchedBf16StepsOfHalfWeightsStayNearFloat64) {
     const kernels::WeightView view{nullptr, c.dtype, 1, c.shape.n_embd};
     const bool bf16 = probe.uses_bf16(view);
     probe.set_batched_bf16(true);
-    EXPECT_EQ(probe.path(view, kRows), bf16 ? kernels::Matmul::Path::kBf16 : kernels::Matmul::Path::kDecode);
+    EXPECT_EQ(probe.path(view, kRows), bf16                     ? kernels::Matmul::Path::kBf16
+                                       : probe.uses_f32(view) ? kernels::Matmul::Path::kF32
+                                                              : kernels::Matmul::Path::kDecode);
     for (bool on : {false, true}) {
-      SCOPED_TRACE(on ? "batched bf16" : "f32 decode kernels");
+      SCOPED_TRACE(on ? "batched bf16" : "f32 arithmetic (the f32 GEMM or the decode kernels)");
       auto got = engine_logits(model::make_random_model(c.shape, c.dtype, 99).value(), kRows, 2, tokens, clock, logger, on);
       ASSERT_TRUE(got.is_ok()) << got.status().message();
       const double err = max_relative_error(*got, want, c.shape.n_vocab);
