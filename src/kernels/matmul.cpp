@@ -311,7 +311,7 @@ Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max
     const int64_t tokens = detail::panel_pad_tokens(std::min(max_tokens, kDecodeMaxTokens));
     f32_->x.resize(static_cast<size_t>(tokens * max_in + 16));
     f32_->w.resize(static_cast<size_t>(pool.num_threads()));
-    for (auto& w : f32_->w) w.resize(static_cast<size_t>(detail::kF32ChunkFloats + 16));
+    for (auto& w : f32_->w) w.resize(static_cast<size_t>(detail::kF32ChunkFloats + 16 + 2 * detail::kF32ChunkGuard));
   }
 }
 
@@ -540,7 +540,7 @@ void Matmul::run_f32(const WeightView& w, const float* x, int64_t n_tokens, floa
       w.n_out,
       [&job](int64_t begin, int64_t end, int thread) {
         detail::F32Scratch& s = *job.self->f32_;
-        float* chunk = detail::F32Scratch::aligned(s.w[static_cast<size_t>(thread)]);
+        float* chunk = detail::F32Scratch::aligned(s.w[static_cast<size_t>(thread)]) + detail::kF32ChunkGuard;
         for (int64_t o0 = begin; o0 < end; o0 += detail::kF32RowChunk) {
           detail::f32_gemm_rows(*job.w, o0, std::min(end, o0 + detail::kF32RowChunk), s.x_data(), job.n_tokens, chunk,
                                 job.y, job.w->n_out);

@@ -149,9 +149,8 @@ class Matmul {
   static constexpr int64_t kBf16MinTokens = 16;
   // Batched decode calls of F16/BF16 weights from this many tokens take the f32 GEMM where
   // uses_f32. Its time is flat up to 16 tokens (one register), the decode kernels' grows by
-  // groups of 7; but the GEMM pulls less DRAM bandwidth (2,048 x 5,632 f16, 2026-12-06: 1 thread
-  // 1.93 ms at 8, 12 and 16 tokens against the decode kernels' 1.92 / 2.22 / 3.58 ms; 2 threads
-  // at 12 tokens 1.18-1.80 ms against 1.02-1.06, at 16 tokens 1.11-1.78 against 1.71-1.73).
+  // groups of 7 (2,048 x 5,632 f16, 2026-12-06, 2 threads: the GEMM 1.05-1.28 ms at 16 tokens,
+  // the decode kernels 1.77-1.79 ms at 16 and 1.07-1.13 ms at 12, where the GEMM gains nothing).
   static constexpr int64_t kF32MinTokens = 16;
   // Weight rows dequantized per sgemm call: 128 x max_in f32 per thread (64..256 measured
   // alike on Zen 4 at 512 tokens).

@@ -29,8 +29,16 @@
 namespace pagoda::kernels::detail {
 
 inline constexpr int64_t kF32RowChunk = 64;   // rows per f32_gemm_rows call, a multiple of 16
-inline constexpr int64_t kF32KChunk = 128;    // inputs converted at a time (8 KB at 16 rows)
+// Inputs converted at a time: 16 KB of f32 at 16 rows, beside the x panel's 16 KB in L1
+// (2,048 x 5,632 f16 at 16 tokens on 2 threads, 2026-12-06: 1.00-1.03 ms at 256 against
+// 1.12-1.16 ms at 128 and 1.07-1.09 ms at 512; 32 and 48 tokens alike).
+inline constexpr int64_t kF32KChunk = 256;
 inline constexpr int64_t kF32ChunkFloats = kF32KChunk * 16;  // a w chunk, at most 16 rows
+// Floats left unused before and after each thread's w chunk: threads' chunks next to each
+// other in memory slowed the GEMM on 2 threads (2,048 x 5,632 f16, 16 tokens: 1.2-1.9 ms against
+// 1.04-1.08 with the chunks apart, 2026-12-06), the cores' prefetchers pulling the lines that
+// the other core writes.
+inline constexpr int64_t kF32ChunkGuard = 1024;
 
 struct F32Scratch {
   std::vector<float> x;               // the panel (+16 to align to 64 bytes)

@@ -44,8 +44,8 @@ constexpr int64_t kLinesPerRow = kF32KChunk * 2 / 64;  // of one row's chunk
 template <int kR, int kG, DType kDType>
 __attribute__((noinline)) void tile(const uint8_t* rows, size_t row_bytes, int64_t n_in, int64_t real,
                                     const float* const* xg, float* chunk, float* out) {
-  static_assert(kR % kStepsPerChunk == 0);
-  constexpr int64_t kRowsPerStep = kR / kStepsPerChunk;  // whose lines a step prefetches
+  constexpr int64_t kLinesPerStep = kR * kLinesPerRow / kStepsPerChunk;  // that a step prefetches
+  static_assert(kLinesPerStep * kStepsPerChunk == kR * kLinesPerRow);
   __m512 acc[kR][kG];
 #pragma GCC unroll 16
   for (int r = 0; r < kR; ++r)
@@ -61,7 +61,7 @@ __attribute__((noinline)) void tile(const uint8_t* rows, size_t row_bytes, int64
         ahead < n_in ? rows + ahead * 2 : rows + kR * row_bytes + (ahead - n_in) * 2);
     for (int64_t j = 0; j < kn / 16; ++j) {
 #pragma GCC unroll 16
-      for (int64_t l = j * kRowsPerStep * kLinesPerRow; l < (j + 1) * kRowsPerStep * kLinesPerRow; ++l) {
+      for (int64_t l = j * kLinesPerStep; l < (j + 1) * kLinesPerStep; ++l) {
         _mm_prefetch(pf + (l / kLinesPerRow) * row_bytes + (l % kLinesPerRow) * 64, _MM_HINT_T1);
       }
       const float* p = chunk + j * kR * 16;
