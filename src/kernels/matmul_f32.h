@@ -36,8 +36,8 @@ inline constexpr int64_t kF32KChunk = 256;
 inline constexpr int64_t kF32ChunkFloats = kF32KChunk * 16;  // a w chunk, at most 16 rows
 // Floats left unused before and after each thread's w chunk: threads' chunks next to each
 // other in memory slowed the GEMM on 2 threads (2,048 x 5,632 f16, 16 tokens: 1.2-1.9 ms against
-// 1.04-1.08 with the chunks apart, 2026-12-06), the cores' prefetchers pulling the lines that
-// the other core writes.
+// 1.04-1.08 with the chunks apart, 2026-12-06; why was not pinned down: one buffer or page
+// pair per core is the layout that measured fast).
 inline constexpr int64_t kF32ChunkGuard = 1024;
 
 struct F32Scratch {
