@@ -42,7 +42,7 @@ inline constexpr int64_t kF32ChunkGuard = 1024;
 
 struct F32Scratch {
   std::vector<float> x;               // the panel (+16 to align to 64 bytes)
-  std::vector<std::vector<float>> w;  // per pool thread: the w chunk (+16 to align)
+  std::vector<std::vector<float>> w;  // per pool thread: the w chunk (+16 to align, + the guards)
   static float* aligned(std::vector<float>& v) {
     return v.data() + (64 - reinterpret_cast<uintptr_t>(v.data()) % 64) % 64 / 4;
   }
