@@ -30,7 +30,7 @@ namespace pagoda::kernels::detail {
 
 inline constexpr int64_t kF32RowChunk = 64;   // rows per f32_gemm_rows call, a multiple of 16
 // Inputs converted at a time: 16 KB of f32 at 16 rows, beside the x panel's 16 KB in L1
-// (2,048 x 5,632 f16 at 16 tokens on 2 threads, 2026-12-06: 1.00-1.03 ms at 256 against
+// (2,048 x 5,632 f16 at 16 tokens on 2 threads, 2026-12-06: 1.01-1.03 ms at 256 against
 // 1.12-1.16 ms at 128 and 1.07-1.09 ms at 512; 32 and 48 tokens alike).
 inline constexpr int64_t kF32KChunk = 256;
 inline constexpr int64_t kF32ChunkFloats = kF32KChunk * 16;  // a w chunk, at most 16 rows

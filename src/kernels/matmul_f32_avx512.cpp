@@ -94,16 +94,12 @@ void gemm_groups(const WeightView& w, int64_t o_begin, int64_t o_end, const floa
                  float* chunk, float* y, int64_t ldy) {
   const float* xg[kG];
   for (int g = 0; g < kG; ++g) xg[g] = panel + g * w.n_in * kPanelLanes;
-  alignas(64) float out[kR * kG * kPanelLanes];
+  alignas(64) float out[kR][kG][kPanelLanes];
   const size_t row_bytes = w.row_bytes();
   for (int64_t o0 = o_begin; o0 < o_end; o0 += kR) {
     const int64_t real = std::min<int64_t>(kR, o_end - o0);
-    tile<kR, kG, kDType>(w.row(o0), row_bytes, w.n_in, real, xg, chunk, out);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      const int64_t g = t / kPanelLanes, lane = t % kPanelLanes;
-      float* yt = y + t * ldy + o0;
-      for (int64_t r = 0; r < real; ++r) yt[r] = out[(r * kG + g) * kPanelLanes + lane];
-    }
+    tile<kR, kG, kDType>(w.row(o0), row_bytes, w.n_in, real, xg, chunk, &out[0][0][0]);
+    panel_write_tile<kR>(out, real, 0, n_tokens, y + o0, ldy);
   }
 }
 

@@ -4,7 +4,7 @@
 // one register per 4 input bytes and multiplies it by a weight row's 4 bytes, broadcast:
 //   panel [groups, steps, kPanelLanes, 4] bytes   group g: tokens kPanelLanes*g ..; step k:
 //         bytes 4k .. 4k + 3 of a token's row; tokens padded to a multiple of kPanelLanes
-// A kernel tile computes kR weight rows against 1 or 2 groups into out [kR, 2, kPanelLanes].
+// A kernel tile computes kR weight rows against kG groups into out [kR, kG, kPanelLanes].
 #pragma once
 
 #include <cstdint>
@@ -37,9 +37,9 @@ inline void panel_pad(int64_t n_tokens, int64_t steps, uint32_t fill, uint8_t* p
 }
 
 // A tile's results to y: y[t * ldy + r] = out[r][t / kPanelLanes - g0][t % kPanelLanes] for
-// r < rows (<= kR), t in [kPanelLanes * g0, t_end).
-template <int kR>
-inline void panel_write_tile(const float (&out)[kR][2][kPanelLanes], int64_t rows, int64_t g0, int64_t t_end, float* y,
+// r < rows (<= kR), t in [kPanelLanes * g0, t_end), the tile holding kG token registers.
+template <int kR, int kG>
+inline void panel_write_tile(const float (&out)[kR][kG][kPanelLanes], int64_t rows, int64_t g0, int64_t t_end, float* y,
                              int64_t ldy) {
   for (int64_t t = g0 * kPanelLanes; t < t_end; ++t) {
     const int64_t g = t / kPanelLanes - g0, lane = t % kPanelLanes;
