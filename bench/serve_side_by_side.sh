@@ -157,46 +157,46 @@ multi_turn() {  # multi_turn FILE
 
 OUT_BASE="$OUT"
 for round in $(seq 1 "$ROUNDS"); do
-if (( ROUNDS > 1 )); then OUT="$OUT_BASE/r$round"; mkdir -p "$OUT"; log "round $round/$ROUNDS"; fi
-if [[ "$ONLY" != llama ]]; then
-  pagoda_serve() { exec "$SERVE_BIN" serve -m "$MODEL" --port "$PORT" --threads "$THREADS" --http-threads 256 "$@"; }
-  start_server pagoda pagoda_serve
-  random_levels pagoda
-  multi_turn pagoda-mt-on.json
-  stop_server
-  start_server pagoda-seq1 pagoda_serve --max-num-seqs 1
-  random_levels pagoda-seq1
-  stop_server
-  start_server pagoda-nocache pagoda_serve --no-prefix-cache
-  multi_turn pagoda-mt-off.json
-  stop_server
-fi
-if [[ "$ONLY" != pagoda ]]; then
-  # llama-server: -c is shared by the slots, 2,048 tokens each: a 6-turn chat's history reaches
-  # ~1,100 tokens, which 512 or 1,024 a slot refuse. (A run on 2026-12-06 saw its decode many
-  # times slower at 2,048 a slot; re-measured alone the same day, 1 request at a time decodes
-  # alike at 512 and 2,048 a slot, 165-175 tok/s.)
-  if [[ "$PEER_KIND" == native ]]; then
-    llama() { local slots="$1"; shift
-      exec "$NATIVE_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -t "$THREADS" --no-mmap -np "$slots" \
-        -c $(( slots * 2048 )) "$@"; }
-    NOCACHE=--no-cache-prompt
-  else
-    llama() { local slots="$1"; shift
-      exec node "$PEER/llama_server.mjs" --model "$MODEL" --port "$PORT" --threads "$THREADS" --slots "$slots" "$@"; }
-    NOCACHE=--no-prefix-cache
+  if (( ROUNDS > 1 )); then OUT="$OUT_BASE/r$round"; mkdir -p "$OUT"; log "round $round/$ROUNDS"; fi
+  if [[ "$ONLY" != llama ]]; then
+    pagoda_serve() { exec "$SERVE_BIN" serve -m "$MODEL" --port "$PORT" --threads "$THREADS" --http-threads 256 "$@"; }
+    start_server pagoda pagoda_serve
+    random_levels pagoda
+    multi_turn pagoda-mt-on.json
+    stop_server
+    start_server pagoda-seq1 pagoda_serve --max-num-seqs 1
+    random_levels pagoda-seq1
+    stop_server
+    start_server pagoda-nocache pagoda_serve --no-prefix-cache
+    multi_turn pagoda-mt-off.json
+    stop_server
   fi
-  start_server llama-s16 llama 16
-  random_levels llama-s16
-  multi_turn llama-mt-on.json
-  stop_server
-  start_server llama-nocache llama 16 "$NOCACHE"
-  multi_turn llama-mt-off.json
-  stop_server
-  start_server llama-s1 llama 1
-  random_levels llama-s1
-  stop_server
-fi
+  if [[ "$ONLY" != pagoda ]]; then
+    # llama-server: -c is shared by the slots, 2,048 tokens each: a 6-turn chat's history reaches
+    # ~1,100 tokens, which 512 or 1,024 a slot refuse. (A run on 2026-12-06 saw its decode many
+    # times slower at 2,048 a slot; re-measured alone the same day, 1 request at a time decodes
+    # alike at 512 and 2,048 a slot, 165-175 tok/s.)
+    if [[ "$PEER_KIND" == native ]]; then
+      llama() { local slots="$1"; shift
+        exec "$NATIVE_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -t "$THREADS" --no-mmap -np "$slots" \
+          -c $(( slots * 2048 )) "$@"; }
+      NOCACHE=--no-cache-prompt
+    else
+      llama() { local slots="$1"; shift
+        exec node "$PEER/llama_server.mjs" --model "$MODEL" --port "$PORT" --threads "$THREADS" --slots "$slots" "$@"; }
+      NOCACHE=--no-prefix-cache
+    fi
+    start_server llama-s16 llama 16
+    random_levels llama-s16
+    multi_turn llama-mt-on.json
+    stop_server
+    start_server llama-nocache llama 16 "$NOCACHE"
+    multi_turn llama-mt-off.json
+    stop_server
+    start_server llama-s1 llama 1
+    random_levels llama-s1
+    stop_server
+  fi
 
 done
 OUT="$OUT_BASE"
