@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   const int64_t c = arg(2, 16), p = arg(3, 64), g = arg(4, 64), batched = arg(6, 512);
   const int threads = static_cast<int>(arg(5, 0));
   const double step_budget_ms = static_cast<double>(arg(8, static_cast<int64_t>(engine::ServingConfig{}.step_budget_ms)));
-  const bool batched_bf16 = arg(9, 0) != 0;
+  bool batched_bf16 = arg(9, 0) != 0;
   const auto kv_dtype = kernels::kv_dtype_from_name(argc > 10 ? argv[10] : "f32");
   if (!kv_dtype) {
     std::fprintf(stderr, "unknown kv_dtype '%s'\n", argv[10]);
@@ -138,13 +138,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", (tok.is_ok() ? model.status() : tok.status()).message().c_str());
     return 1;
   }
-  if (batched_bf16) {
-    const Status rounded = model.value()->round_f16_weights_to_bf16();
-    if (!rounded.is_ok()) {
-      std::fprintf(stderr, "%s\n", rounded.message().c_str());
-      return 1;
-    }
+  engine::EngineConfig bf16_config;  // --batched-bf16 as tools/ applies it (ignored where no bf16 GEMM runs)
+  bf16_config.batched_bf16 = batched_bf16;
+  const Logger bf16_logger(LogLevel::kWarn);
+  if (const Status s = engine::prepare_batched_bf16(*model.value(), bf16_config, bf16_logger); !s.is_ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 1;
   }
+  batched_bf16 = bf16_config.batched_bf16;
   std::shared_ptr<const model::LlamaModel> m = std::move(model).value();
   auto t = std::make_shared<const model::Tokenizer>(std::move(tok).value());
   std::printf("serving_bench: %s, %lld requests x (%lld prompt + %lld generated) tokens, max_num_batched_tokens %lld%s, KV %s\n",

@@ -143,7 +143,7 @@ int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
   const int64_t weight_bytes = eng.model().weight_bytes();
   if (o.json) {
     nlohmann::json j = {{"model", model_name},       {"threads", eng.num_threads()},
-                        {"isa", kernels::isa_name(kernels::detect_isa())},
+                        {"isa", kernels::isa_name(eng.config().isa)},
                         {"n_prompt", o.n_prompt},     {"n_gen", o.n_gen}, {"depth", o.depth},
                         {"reps", o.reps},             {"prefill_tps", pp},
                         {"decode_tps", tg},           {"prefill_tps_runs", prefill_tps},
@@ -153,9 +153,9 @@ int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
   }
   std::printf("| model | threads | isa | test | tokens/s (median of %d) |\n|---|---|---|---|---|\n", o.reps);
   std::printf("| %s | %d | %s | pp%lld | %.2f |\n", model_name.c_str(), eng.num_threads(),
-              kernels::isa_name(kernels::detect_isa()), static_cast<long long>(o.n_prompt), pp);
+              kernels::isa_name(eng.config().isa), static_cast<long long>(o.n_prompt), pp);
   std::printf("| %s | %d | %s | tg%lld | %.2f |\n", model_name.c_str(), eng.num_threads(),
-              kernels::isa_name(kernels::detect_isa()), static_cast<long long>(o.n_gen), tg);
+              kernels::isa_name(eng.config().isa), static_cast<long long>(o.n_gen), tg);
   return 0;
 }
 

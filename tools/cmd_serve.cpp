@@ -122,15 +122,25 @@ int wait_for_signal(const sigset_t& signals) {
   return signal_number;
 }
 
-// Gives in-flight work up to timeout_s to finish; true when it all did.
-bool drain(const engine::ServingEngine& serving, double timeout_s) {
+// Gives in-flight work up to timeout_s to finish; true when every request did. KV tier writes
+// (write-through puts in flight or kept to retry) get the rest of the same time, so a SIGTERM
+// loses no committed block; a timeout with writes left is logged with their count.
+bool drain(const engine::ServingEngine& serving, double timeout_s, const Logger& logger) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
+  bool requests_done = false;
+  int64_t writes = 0;
+  for (;;) {
     const engine::ServingMetrics m = serving.metrics();
-    if (m.running == 0 && m.waiting == 0) return true;
+    requests_done = m.running == 0 && m.waiting == 0;
+    writes = m.tier_writes_pending;
+    if ((requests_done && writes == 0) || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return false;
+  if (writes > 0) {
+    logger.warn("pagoda serve: drain timed out with " + std::to_string(writes) +
+                " KV tier writes pending (puts in flight or blocks kept to retry): they may not be stored");
+  }
+  return requests_done;
 }
 
 Result<std::string> read_pin_prompt(const std::string& path) {
@@ -310,7 +320,7 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   logger.info(std::string("pagoda serve: ") + (signal_number == SIGINT ? "SIGINT" : "SIGTERM") +
               ", draining (up to " + timeout + " s)");
   http.begin_drain();
-  const bool drained = drain(engine, o.drain_timeout_s);
+  const bool drained = drain(engine, o.drain_timeout_s, logger);
   if (!drained) logger.warn("pagoda serve: drain timed out; aborting the requests still running");
   engine.shutdown(drained);
   http.stop();

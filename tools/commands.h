@@ -27,6 +27,7 @@ struct EngineOptions {
   bool quiet = false;      // no progress bars (they are drawn only on a terminal anyway)
   bool no_prefix_cache = false;
   bool batched_bf16 = false;  // EngineConfig::batched_bf16
+  std::string isa;            // EngineConfig::isa by name; "": the best this CPU runs
   std::string eviction = "lru";
   std::string kv_hash = "xxh64";
   int64_t kv_window = 0;  // StreamingLLM: tokens kept after the sinks (0: off)

@@ -29,6 +29,10 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
                "f16/bf16 weights: held as bf16 (f16 rounded once at load) and batched decode steps of 16+ sequences "
                "multiply in bf16 (faster; a sequence's logits then vary, at bf16 rounding, with how many others "
                "share its step)");
+  app.add_option("--isa", o.isa,
+                 std::string("kernels' instruction set: scalar, avx2, avx512 or amx, at most what this CPU has (default: "
+                             "the best it has, here ") + kernels::isa_name(kernels::detect_isa()) + ")")
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx"}));
   app.add_option("--eviction", o.eviction, "which cached KV blocks go first when memory is needed")
       ->check(CLI::IsMember({"lru", "lfu", "priority"}));
   app.add_option("--kv-hash", o.kv_hash,
@@ -72,6 +76,14 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
   config.kv_layout = *kv_layout;
   config.enable_prefix_caching = !o.no_prefix_cache;
   config.batched_bf16 = o.batched_bf16;
+  if (!o.isa.empty()) {
+    const auto isa = kernels::isa_from_name(o.isa);
+    if (!isa) return Status::error("unknown --isa '" + o.isa + "' (scalar, avx2, avx512, amx)");
+    if (*isa > kernels::detect_isa()) {
+      return Status::error("--isa " + o.isa + ": this CPU runs at most " + kernels::isa_name(kernels::detect_isa()));
+    }
+    config.isa = *isa;
+  }
   config.eviction = *kvcache::eviction_policy_from_name(o.eviction);
   config.kv_hash = *kvcache::block_hash_scheme_from_flag(o.kv_hash);
   if (config.kv_layout == kernels::KvLayoutKind::kNZ) {  // fail before loading the model
@@ -107,7 +119,7 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
 Result<LoadedEngine> load_engine(const EngineOptions& o, const Clock& clock, const Logger& logger) {
   PAGODA_ASSIGN_OR_RETURN(engine::EngineConfig config, engine_config_from(o));
   PAGODA_ASSIGN_OR_RETURN(LoadedModel source, load_model(o.model_path, o.tokenizer_path, !o.quiet));
-  if (config.batched_bf16) PAGODA_RETURN_IF_ERROR(source.model->round_f16_weights_to_bf16());
+  PAGODA_RETURN_IF_ERROR(engine::prepare_batched_bf16(*source.model, config, logger));
   LoadedEngine loaded;
   loaded.tokenizer = std::move(source.tokenizer);
   loaded.chat_template = std::move(source.chat_template);

@@ -71,6 +71,9 @@ Status attach_kv_tiers(const EngineOptions& o, engine::Engine& eng, const Clock&
     d.model_fingerprint = eng.model_fingerprint();
     d.kv_format = eng.kv_format_key();
     d.eviction = kvcache::EvictionPolicyKind::kPriority;
+    // Write-through puts every committed block: stage three full prefill steps' worth, so that
+    // writes completing a step late do not leave a step's blocks to the retry path.
+    d.min_write_blocks = 3 * ((eng.config().max_batch_tokens + layout.block_size - 1) / layout.block_size);
     Result<std::unique_ptr<kvcache::DiskTier>> disk = kvcache::DiskTier::create(d, clock, logger);
     if (!disk.is_ok()) return disk.status().with_context("--kv-disk-dir " + o.kv_disk_dir);
     logger.info(disk.value()->describe());

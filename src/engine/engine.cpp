@@ -31,6 +31,26 @@ uint64_t model_fingerprint(const model::GgufFile& file) {
   return h;
 }
 
+namespace {
+
+std::string batched_bf16_ignored(kernels::Isa isa) {
+  return std::string("--batched-bf16 ignored: the bf16 GEMM runs only on avx512 kernels with AVX512-BF16 (these are ") +
+         kernels::isa_name(isa) + " kernels on a CPU whose best is " + kernels::isa_name(kernels::detect_isa()) +
+         "); weights stay as they are and batched steps keep f32 arithmetic";
+}
+
+}  // namespace
+
+Status prepare_batched_bf16(model::LlamaModel& model, EngineConfig& config, const Logger& logger) {
+  if (!config.batched_bf16) return Status::ok();
+  if (!kernels::batched_bf16_runs(config.isa)) {
+    logger.warn(batched_bf16_ignored(config.isa));
+    config.batched_bf16 = false;
+    return Status::ok();
+  }
+  return model.round_f16_weights_to_bf16();
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::LlamaModel> model, const EngineConfig& config,
                                                const Clock& clock, const Logger& logger) {
   CHECK(model != nullptr);
@@ -43,6 +63,12 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
     return Status::error("bad context size " + std::to_string(e->max_context_));
   }
   if (config.max_batch_tokens <= 0) return Status::error("max batch tokens must be positive");
+  if (config.isa > kernels::detect_isa()) {
+    return Status::invalid_argument(std::string("--isa ") + kernels::isa_name(config.isa) + ": this CPU runs at most " +
+                                    kernels::isa_name(kernels::detect_isa()));
+  }
+  const bool batched_bf16 = config.batched_bf16 && kernels::batched_bf16_runs(config.isa);
+  if (config.batched_bf16 && !batched_bf16) logger.warn(batched_bf16_ignored(config.isa));
   e->max_batch_tokens_ = std::min(config.max_batch_tokens, e->max_context_);
 
   kvcache::KvLayout layout;
@@ -89,11 +115,12 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   manager_options.hash_fn = kvcache::block_hash_fn(config.kv_hash);
   e->blocks_ = std::make_unique<kvcache::BlockManager>(*e->pool_, manager_options);
   e->config_ = config;
+  e->config_.batched_bf16 = batched_bf16;
   e->model_fingerprint_ = engine::model_fingerprint(model->file());
   e->kv_format_key_ = kvcache::hash_string(std::string(kernels::kv_dtype_name(layout.dtype)) + "/" +
                                            std::string(kernels::kv_layout_name(layout.layout)) + "/" +
                                            std::to_string(layout.block_size) +
-                                           (config.batched_bf16 ? "/batched-bf16" : ""));  // other numbers, other KV
+                                           (batched_bf16 ? "/batched-bf16" : ""));  // other numbers, other KV
   for (int64_t l = 0; l < mc.n_layer; ++l) {
     e->kv_views_.push_back(e->pool_->layer_view(mc.kv_cache_layer.empty() ? l : mc.kv_cache_layer[l]));
   }
@@ -106,8 +133,11 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   const int threads = config.num_threads > 0 ? config.num_threads : ThreadPool::hardware_threads();
   e->pool_threads_ = std::make_unique<ThreadPool>(threads);
   e->model_ = std::move(model);
-  e->forward_ = std::make_unique<model::ForwardPass>(*e->model_, *e->pool_threads_, e->max_batch_tokens_, e->max_context_);
-  e->forward_->set_batched_bf16(config.batched_bf16);
+  e->forward_ = std::make_unique<model::ForwardPass>(*e->model_, *e->pool_threads_, e->max_batch_tokens_, e->max_context_,
+                                                     config.isa);
+  e->forward_->set_batched_bf16(batched_bf16);
+  logger.debug(std::string("kernels: ") + kernels::isa_name(config.isa) + " (this CPU: " +
+               kernels::isa_name(kernels::detect_isa()) + ")");
   e->tokens_.resize(e->max_batch_tokens_);
   e->positions_.resize(e->max_batch_tokens_);
   e->rope_positions_.resize(e->max_batch_tokens_);

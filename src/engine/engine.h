@@ -74,8 +74,18 @@ struct EngineConfig {
   // tools/ does), so the GEMM reads rows without converting them. Its KV is another format key
   // (never shared with instances without it). Off: a decoding sequence's numbers are those of
   // decoding it alone.
+  // Where the bf16 GEMM does not run (kernels::batched_bf16_runs: AVX2, AMX, no AVX512-BF16) it
+  // is ignored with a warning: nothing would go faster, and rounded weights would lose accuracy.
   bool batched_bf16 = false;
+  // The kernels' instruction set (kernels/matmul.h, `--isa`): by default the best this CPU runs; a
+  // lower one runs that ISA's paths (one host tests them all). One the CPU lacks is refused.
+  kernels::Isa isa = kernels::detect_isa();
 };
+
+// --batched-bf16 as a loader applies it: where the bf16 GEMM runs on config.isa, rounds the
+// model's F16 weights to BF16 (LlamaModel::round_f16_weights_to_bf16); elsewhere warns and
+// turns config.batched_bf16 off, leaving the weights as they are.
+Status prepare_batched_bf16(model::LlamaModel& model, EngineConfig& config, const Logger& logger);
 
 struct GenerateRequest {
   std::vector<int32_t> prompt;           // token ids, BOS included if wanted

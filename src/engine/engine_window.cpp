@@ -41,7 +41,7 @@ void Engine::make_room(kvcache::SeqId seq, int64_t n_new) {
     const std::vector<int32_t>& table = blocks_->block_table(seq);
     const std::span<const int32_t> moved(table.data() + first, table.size() - static_cast<size_t>(first));
     for (int64_t l = 0; l < pool_->layout().n_layer; ++l) {  // each cache layer once (CLA shares views)
-      kernels::rope_shift_k(pool_->layer_view(l), moved, static_cast<int32_t>(-B), model_->config().rope);
+      kernels::rope_shift_k(pool_->layer_view(l), moved, static_cast<int32_t>(-B), model_->config().rope, config_.isa);
     }
   }
 }

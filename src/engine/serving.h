@@ -179,6 +179,8 @@ struct TierMetrics {
   int64_t bytes_read = 0, bytes_written = 0;
   int64_t offloaded_blocks = 0, demoted_blocks = 0, evicted_blocks = 0;
   int64_t failed_loads = 0, corrupt_records = 0, faults = 0;
+  int64_t dropped_writes = 0;            // blocks a put did not store, not retried (TierCounters)
+  int64_t retried_writes = 0;            // blocks put again after a busy refusal
   kvcache::LatencyBuckets load_latency;  // per get
 };
 
@@ -208,6 +210,9 @@ struct ServingMetrics {
   // Tiers below the pool (empty: none), fastest first, and the load-vs-recompute decisions.
   std::vector<TierMetrics> tiers;
   int64_t tier_load_decisions = 0, tier_recompute_decisions = 0;
+  // Gauge: tier puts in flight plus committed blocks kept to put again (kvcache/tier_stack.h);
+  // a draining server waits for 0 so that SIGTERM loses no write.
+  int64_t tier_writes_pending = 0;
 };
 
 class ServingEngine {

@@ -363,11 +363,14 @@ void ServingEngineImpl::publish_metrics() {
       tm.failed_loads = c.failed_loads;
       tm.corrupt_records = st.corrupt_records;
       tm.faults = st.faults;
+      tm.dropped_writes = c.dropped_writes;
+      tm.retried_writes = c.retried_writes;
       tm.load_latency = c.load_latency;
     }
     const LoadDecisionStats& d = engine_->load_cost()->stats();
     m.tier_load_decisions = d.load;
     m.tier_recompute_decisions = d.recompute;
+    m.tier_writes_pending = tiers->num_puts_in_flight() + tiers->num_retries_pending();
   }
   m.pins = pins_.num_pins();
   m.kv_blocks_pinned = pins_.num_pinned_blocks();

@@ -96,7 +96,7 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
                      const SeqSpan* seqs, int64_t n_seqs, const AttentionParams& params, float* out,
                      ThreadPool& pool, AttentionScratch& scratch, Isa isa) {
   check_kv_view(layer);
-  if (isa == Isa::kAvx512 && detail::tiled_attention_supports(layer)) {
+  if (isa >= Isa::kAvx512 && detail::tiled_attention_supports(layer)) {
     CHECK_LE(layer.head_dim, scratch.head_dim());
     detail::paged_attention_tiled_avx512(layer, q, positions, seqs, n_seqs, params, out, pool, scratch);
     return;

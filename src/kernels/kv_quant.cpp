@@ -243,7 +243,8 @@ void quantize_channels_int4(const float* x, int64_t rows, int64_t x_stride, int6
 
 const KvRowOps& kv_row_ops(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return detail::kv_row_ops_avx512();
+    case Isa::kAvx512:
+    case Isa::kAmx: return detail::kv_row_ops_avx512();
     case Isa::kAvx2: return detail::kv_row_ops_avx2();
     case Isa::kScalar: break;
   }

@@ -198,10 +198,10 @@ void kv_copy_row(const KvLayerView& layer, int32_t src_block, int64_t src_row, i
   }
 }
 
-void store_k_row(const KvLayerView& layer, int32_t block, int64_t row, const float* k) {
+void store_k_row(const KvLayerView& layer, int32_t block, int64_t row, const float* k, Isa isa) {
   CHECK(layer.dtype != KvDType::kInt4) << "store_k_row: int4 K is quantized per block";
   CHECK(block >= 0 && block < layer.num_blocks && row >= 0 && row < layer.block_size);
-  store_rows(KvGeom(layer, true), block, row, k, kv_row_ops(detect_isa()));
+  store_rows(KvGeom(layer, true), block, row, k, kv_row_ops(isa));
 }
 
 int64_t kv_stage_bytes(KvDType dtype, int64_t block_size, int64_t n_kv_head, int64_t head_dim, int64_t num_slots) {

@@ -77,7 +77,7 @@ void store_kv(const KvLayerView& layer, const float* k, const float* v, const in
 
 // Rewrites K row `row` of `block` for every head from k: [n_kv_head * head_dim] f32, re-encoding
 // it in the layer's format (rope_shift_k). Not int4 (its K scales span the whole block).
-void store_k_row(const KvLayerView& layer, int32_t block, int64_t row, const float* k);
+void store_k_row(const KvLayerView& layer, int32_t block, int64_t row, const float* k, Isa isa = detect_isa());
 
 // Copies token row src_row of block src_block onto dst_row of dst_block, K and V of every head,
 // byte for byte in the layer's format (codes and per-row scales; NZ channel groups): attention

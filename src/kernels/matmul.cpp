@@ -128,6 +128,7 @@ const MatmulKernels& matmul_kernels(Isa isa) {
     case Isa::kAvx2:
       return matmul_kernels_avx2();
     case Isa::kAvx512:
+    case Isa::kAmx:
       return matmul_kernels_avx512();
   }
   CHECK(false) << "unknown isa " << static_cast<int>(isa);
@@ -216,10 +217,28 @@ Isa detect_isa() {
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512vnni");
+  if (avx512 && detail::amx_usable()) return Isa::kAmx;
   if (avx512) return Isa::kAvx512;
   if (avx2) return Isa::kAvx2;
   return Isa::kScalar;
 }
+
+std::optional<Isa> isa_from_name(std::string_view name) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    if (name == isa_name(isa)) return isa;
+  }
+  return std::nullopt;
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    if (isa <= detect_isa()) isas.push_back(isa);
+  }
+  return isas;
+}
+
+bool batched_bf16_runs(Isa isa) { return isa == Isa::kAvx512 && isa <= detect_isa() && detail::bf16_usable(); }
 
 const char* isa_name(Isa isa) {
   switch (isa) {
@@ -229,6 +248,8 @@ const char* isa_name(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAmx:
+      return "amx";
   }
   return "unknown";
 }
@@ -283,7 +304,7 @@ Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max
     w_scratch_.resize(static_cast<size_t>(pool.num_threads()));
     for (auto& scratch : w_scratch_) scratch.resize(static_cast<size_t>(kBlasRowChunk * max_in));
     openblas_set_num_threads(1);
-    amx_ = isa == Isa::kAvx512 && detail::amx_usable() && max_in % 32 == 0;
+    amx_ = isa == Isa::kAmx && max_in % 32 == 0;
     if (amx_) {
       const size_t x_elems = static_cast<size_t>(detail::amx_pad32(max_tokens) * max_in);
       x_hi_.resize(x_elems);
@@ -293,20 +314,20 @@ Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max
       c_scratch_.resize(static_cast<size_t>(pool.num_threads()));
       for (auto& c : c_scratch_) c.resize(32 * 32 + 16);
     }
-    if (isa == Isa::kAvx512 && !amx_ && max_in % kQK == 0) {  // resize runs AVX-512 code: only here
+    if (isa >= Isa::kAvx512 && !amx_ && max_in % kQK == 0) {  // resize runs AVX-512 code: only here
       int8_ = std::make_unique<detail::Int8Scratch>();
       int8_->x.resize(max_tokens, max_in);
       int8_->w.resize(static_cast<size_t>(pool.num_threads()));
       for (auto& w : int8_->w) w.resize(max_in);
     }
-    if (isa == Isa::kAvx512 && !amx_ && max_in % 2 == 0 && detail::bf16_usable()) {
+    if (batched_bf16_runs(isa) && max_in % 2 == 0) {
       bf16_ = std::make_unique<detail::Bf16Scratch>();
       bf16_->x.resize(static_cast<size_t>(detail::panel_pad_tokens(max_tokens) * max_in + 32));
       bf16_->w.resize(static_cast<size_t>(pool.num_threads()));
       for (auto& w : bf16_->w) w.resize(static_cast<size_t>(detail::kBf16RowChunk * max_in));
     }
   }
-  if (isa == Isa::kAvx512 && max_tokens >= kF32MinTokens) {
+  if (isa >= Isa::kAvx2 && max_tokens >= kF32MinTokens) {
     f32_ = std::make_unique<detail::F32Scratch>();
     const int64_t tokens = detail::panel_pad_tokens(std::min(max_tokens, kDecodeMaxTokens));
     f32_->x.resize(static_cast<size_t>(tokens * max_in + 16));
@@ -541,9 +562,10 @@ void Matmul::run_f32(const WeightView& w, const float* x, int64_t n_tokens, floa
       [&job](int64_t begin, int64_t end, int thread) {
         detail::F32Scratch& s = *job.self->f32_;
         float* chunk = detail::F32Scratch::aligned(s.w[static_cast<size_t>(thread)]) + detail::kF32ChunkGuard;
+        const auto gemm_rows = job.self->isa_ >= Isa::kAvx512 ? detail::f32_gemm_rows : detail::f32_gemm_rows_avx2;
         for (int64_t o0 = begin; o0 < end; o0 += detail::kF32RowChunk) {
-          detail::f32_gemm_rows(*job.w, o0, std::min(end, o0 + detail::kF32RowChunk), s.x_data(), job.n_tokens, chunk,
-                                job.y, job.w->n_out);
+          gemm_rows(*job.w, o0, std::min(end, o0 + detail::kF32RowChunk), s.x_data(), job.n_tokens, chunk, job.y,
+                    job.w->n_out);
         }
       },
       detail::kF32RowChunk);

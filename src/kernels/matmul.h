@@ -20,7 +20,7 @@
 //     From kInt8MinTokens tokens on, quantized weights go to the int8 GEMM below instead
 //     where it runs (uses_int8): the same arithmetic, 16 tokens to a register. F16/BF16
 //     weights from kF32MinTokens tokens on run the f32 GEMM (kernels/matmul_f32.h) on
-//     Isa::kAvx512: the decode arithmetic, 16 tokens to a register, each token's result
+//     Isa::kAvx2 and up: the decode arithmetic, 16 tokens to a register, each token's result
 //     independent of the others in the call. With set_batched_bf16(true) calls of
 //     kBf16MinTokens or more tokens run the bf16 GEMM below instead (faster again, but a
 //     decoding sequence's numbers then depend on how many others share its step, at bf16's
@@ -45,6 +45,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "core/buffer.h"
@@ -82,9 +84,20 @@ void matmul_decode_reference(const WeightView& w, const float* x, int64_t n_toke
 // even), products summed in double. Within 2^-7 sum |w||x| of matmul_reference.
 void matmul_bf16_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y);
 
-enum class Isa { kScalar, kAvx2, kAvx512 };
+// The instruction sets the kernels are built for, each a superset of the ones before it:
+//   kAvx2    AVX2 + FMA + F16C (Haswell, Zen 1-3 and later)
+//   kAvx512  + AVX-512 F/BW/VL/DQ/VNNI (the int8 GEMM; the bf16 GEMM where the CPU has AVX512-BF16)
+//   kAmx     + AMX-BF16 tiles, allowed by the kernel (prefill of non-F32 weights on tiles)
+// An engine runs the kernels of one ISA (EngineConfig::isa, `--isa`): the best the CPU has by
+// default, or a lower one so that one host can test every path it can execute.
+enum class Isa { kScalar, kAvx2, kAvx512, kAmx };
 Isa detect_isa();                 // best ISA this CPU runs
 const char* isa_name(Isa isa);
+std::optional<Isa> isa_from_name(std::string_view name);  // "scalar", "avx2", "avx512", "amx"
+std::vector<Isa> supported_isas();  // every ISA this CPU runs, kScalar first
+// Whether Matmul::set_batched_bf16 changes anything on `isa` on this CPU: the bf16 GEMM runs on
+// Isa::kAvx512 with AVX512-BF16 (with AMX, prefill runs on tiles and batched steps stay f32).
+bool batched_bf16_runs(Isa isa);
 
 // Owns the scratch the fast paths need, sized once for the largest matrix and batch, so the
 // step loop never allocates. Not thread-safe: one Matmul per model runner.
@@ -125,7 +138,7 @@ class Matmul {
   bool uses_bf16(const WeightView& w) const;
   // Whether batched decode calls (kF32MinTokens..kDecodeMaxTokens tokens) against these weights
   // run the f32 GEMM (kernels/matmul_f32.h): F16 and BF16 weights (n_in a multiple of 16) on
-  // Isa::kAvx512, unless set_f32_gemm(false).
+  // Isa::kAvx2 and up, unless set_f32_gemm(false).
   bool uses_f32(const WeightView& w) const;
   static constexpr int64_t kBlasMinTokens = 8;  // fewer tokens: decode path
   static constexpr int64_t kDecodeGroupTokens = kBlasMinTokens - 1;  // tokens per kernel pass
@@ -186,7 +199,7 @@ class Matmul {
   std::vector<std::vector<float>> c_scratch_;    // per thread: [32, 32] f32 (+16 to align)
   std::unique_ptr<detail::Int8Scratch> int8_;    // int8 prefill (Isa::kAvx512, no AMX), else null
   std::unique_ptr<detail::Bf16Scratch> bf16_;    // bf16 prefill (AVX512-BF16, no AMX), else null
-  std::unique_ptr<detail::F32Scratch> f32_;      // f32 GEMM of batched decode (Isa::kAvx512), else null
+  std::unique_ptr<detail::F32Scratch> f32_;      // f32 GEMM of batched decode (Isa::kAvx2 and up), else null
 };
 
 }  // namespace pagoda::kernels

@@ -1,5 +1,5 @@
 // Internal to the kernels: the f32 GEMM of batched decode steps (Matmul::Path::kF32) for F16
-// and BF16 weights on Isa::kAvx512, from Matmul::kF32MinTokens to Matmul::kDecodeMaxTokens
+// and BF16 weights on Isa::kAvx2 and up (matmul_f32_avx2.cpp, matmul_f32_avx512.cpp), from Matmul::kF32MinTokens to Matmul::kDecodeMaxTokens
 // tokens: 16 tokens to a register (the int8 / bf16 GEMMs' shape), where the decode kernels
 // put 16 inputs to a register and reduce across it.
 //
@@ -15,9 +15,10 @@
 //   w chunk  [kF32KChunk / 16, kR, 16] f32    per pool thread: a tile's kR rows, inputs
 //            [k0, k0 + kF32KChunk) converted, 16 inputs of each row in turn (rows past the
 //            matrix zero), so a product's weight is one broadcast load at a fixed offset
-// A tile is kR weight rows x 1..3 registers of 16 tokens (kR = 16 for one register, 8 for
-// more: at most 24 accumulators); per input it loads each token register once and
-// broadcast-loads each row's weight into one FMA per register.
+// A tile is kR weight rows x 1..3 registers of 16 tokens (AVX-512: kR = 16 for one register, 8
+// for more, at most 24 accumulators; AVX2: two 8-float halves per register, kR = 6 / 3 / 2, at
+// most 12); per input it loads each token register once and broadcast-loads each row's weight
+// into one FMA per register. Both ISAs compute the same sums in the same order: the same bits.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +56,7 @@ inline bool f32_gemm_weights(const WeightView& w) {
 }
 
 // Tokens [t_begin, t_end) of x [n_tokens, n_in] into the panel; f32_pad_x zeroes the padding
-// tokens after n_tokens.
+// tokens after n_tokens (matmul_f32_avx2.cpp: run on Isa::kAvx2 and up).
 void f32_prepare_x(const float* x, int64_t t_begin, int64_t t_end, int64_t n_in, float* panel);
 void f32_pad_x(int64_t n_tokens, int64_t n_in, float* panel);
 
@@ -63,5 +64,7 @@ void f32_pad_x(int64_t n_tokens, int64_t n_in, float* panel);
 // kF32RowChunk rows); w_chunk: the calling thread's kF32ChunkFloats floats, 64-byte aligned.
 void f32_gemm_rows(const WeightView& w, int64_t o_begin, int64_t o_end, const float* panel, int64_t n_tokens,
                    float* w_chunk, float* y, int64_t ldy);
+void f32_gemm_rows_avx2(const WeightView& w, int64_t o_begin, int64_t o_end, const float* panel, int64_t n_tokens,
+                        float* w_chunk, float* y, int64_t ldy);
 
 }  // namespace pagoda::kernels::detail

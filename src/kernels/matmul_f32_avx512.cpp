@@ -120,14 +120,6 @@ void gemm_rows(const WeightView& w, int64_t o_begin, int64_t o_end, const float*
 
 }  // namespace
 
-void f32_prepare_x(const float* x, int64_t t_begin, int64_t t_end, int64_t n_in, float* panel) {
-  for (int64_t t = t_begin; t < t_end; ++t) panel_put(x + t * n_in, n_in, t, 0, reinterpret_cast<uint8_t*>(panel));
-}
-
-void f32_pad_x(int64_t n_tokens, int64_t n_in, float* panel) {
-  panel_pad(n_tokens, n_in, 0, reinterpret_cast<uint8_t*>(panel));
-}
-
 void f32_gemm_rows(const WeightView& w, int64_t o_begin, int64_t o_end, const float* panel, int64_t n_tokens,
                    float* w_chunk, float* y, int64_t ldy) {
   CHECK(o_end - o_begin >= 1 && o_end - o_begin <= kF32RowChunk && f32_gemm_weights(w));

@@ -6,7 +6,8 @@
 
 namespace pagoda::kernels {
 
-void rope_shift_k(const KvLayerView& layer, std::span<const int32_t> blocks, int32_t delta, const RopeParams& params) {
+void rope_shift_k(const KvLayerView& layer, std::span<const int32_t> blocks, int32_t delta, const RopeParams& params,
+                  Isa isa) {
   check_kv_view(layer);
   CHECK(layer.dtype != KvDType::kInt4) << "rope_shift_k: int4 K cannot be re-rotated (per-block channel scales)";
   CHECK_EQ(params.head_dim, layer.head_dim);
@@ -17,7 +18,7 @@ void rope_shift_k(const KvLayerView& layer, std::span<const int32_t> blocks, int
     for (int64_t r = 0; r < layer.block_size; ++r) {
       for (int64_t h = 0; h < nkv; ++h) kv_load_row_reference(layer, true, block, r, h, false, row.data() + h * hd);
       rope(row.data(), &delta, 1, nkv, params);
-      store_k_row(layer, block, r, row.data());
+      store_k_row(layer, block, r, row.data(), isa);
     }
   }
 }

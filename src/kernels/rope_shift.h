@@ -19,6 +19,7 @@ namespace pagoda::kernels {
 // int4 is refused (CHECK: its K scales are per channel over a block, callers reject it at
 // configuration time). Rows past a sequence's length are rotated too (harmless garbage).
 // Precondition: params.head_dim == layer.head_dim.
-void rope_shift_k(const KvLayerView& layer, std::span<const int32_t> blocks, int32_t delta, const RopeParams& params);
+void rope_shift_k(const KvLayerView& layer, std::span<const int32_t> blocks, int32_t delta, const RopeParams& params,
+                  Isa isa = detect_isa());
 
 }  // namespace pagoda::kernels

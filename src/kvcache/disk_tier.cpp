@@ -130,6 +130,11 @@ TierOpId DiskTier::put(std::span<const TierPut> blocks) {
   ++stats_.puts;
   const int64_t n = static_cast<int64_t>(blocks.size());
   if (!enabled_) return refuse(TierOpKind::kPut, n);
+  // Completed writes first (never waits): their staging units and slots are free again for
+  // this put, which on a slow host may come long after the last poll.
+  results_.clear();
+  io_->reap(results_);
+  for (const IoResult& result : results_) handle_result(result);
   Op* op = nullptr;
   const TierOpId id = new_op(TierOpKind::kPut, n, op);
   stage_puts(id, *op, blocks);

@@ -81,6 +81,7 @@ struct DiskTierOptions {
   uint64_t kv_format = 0;
   EvictionPolicyKind eviction = EvictionPolicyKind::kPriority;  // the pool's priority rules
   int64_t write_buffer_bytes = int64_t{64} << 20;  // staging for records being written
+  int64_t min_write_blocks = 0;    // ... but room for at least this many records (a few steps' commits)
   int64_t read_buffer_bytes = int64_t{64} << 20;   // bounce buffers for reads being verified
   int64_t max_request_bytes = int64_t{8} << 20;    // coalesced requests are cut at this size
   int64_t file_bytes = int64_t{1} << 30;           // each slot file is at most this large

@@ -158,7 +158,8 @@ Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& o, con
   const auto buffer_bytes = [&](int64_t want) {
     return static_cast<size_t>(std::max<int64_t>(1, want / info.slot_bytes) * info.slot_bytes);
   };
-  Result<AlignedBuffer> write_buf = AlignedBuffer::allocate(buffer_bytes(o.write_buffer_bytes));
+  Result<AlignedBuffer> write_buf =
+      AlignedBuffer::allocate(buffer_bytes(std::max(o.write_buffer_bytes, o.min_write_blocks * info.slot_bytes)));
   Result<AlignedBuffer> read_buf = AlignedBuffer::allocate(buffer_bytes(o.read_buffer_bytes));
   Result<AlignedBuffer> zero_page = AlignedBuffer::allocate(kIoAlign);
   for (const auto* b : {&write_buf, &read_buf, &zero_page}) {

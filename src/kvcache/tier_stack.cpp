@@ -65,17 +65,29 @@ void TierStack::add_tier(std::unique_ptr<Tier> tier, bool write_through) {
 
 // ---- offload and demotion ----
 
-void TierStack::put_to(int tier, std::span<const TierPut> puts, bool demotion) {
+std::optional<TierOpId> TierStack::put_to(int tier, std::span<const TierPut> puts, bool demotion) {
   Level& level = tiers_[static_cast<size_t>(tier)];
   if (!level.tier->enabled()) {
     note_disabled(tier);
-    return;
+    count_dropped(tier, static_cast<int64_t>(puts.size()), Status::unavailable("the tier is disabled"));
+    return std::nullopt;
   }
   const TierOpId op = level.tier->put(puts);
   routes_[route_key(tier, op)] = Route{Route::kPut, 0, 0};
   if (listener_ != nullptr) record_store(tier, op, puts);
   ++num_puts_in_flight_;
   (demotion ? level.counters.demoted_blocks : level.counters.offloaded_blocks) += static_cast<int64_t>(puts.size());
+  return op;
+}
+
+void TierStack::count_dropped(int tier, int64_t blocks, const Status& why) {
+  if (blocks <= 0) return;
+  Level& level = tiers_[static_cast<size_t>(tier)];
+  level.counters.dropped_writes += blocks;
+  if (level.counters.dropped_writes < level.next_drop_log) return;
+  while (level.next_drop_log <= level.counters.dropped_writes) level.next_drop_log *= 2;
+  logger_.warn("kv tier " + std::string(level.tier->name()) + ": " + std::to_string(level.counters.dropped_writes) +
+               " blocks not stored so far (pagoda_kv_tier_dropped_writes_total); the latest: " + why.message());
 }
 
 void TierStack::demote(int from_tier, const BlockRecordView& record, int32_t priority) {
@@ -88,6 +100,10 @@ void TierStack::demote(int from_tier, const BlockRecordView& record, int32_t pri
 }
 
 void TierStack::put_blocks(int tier, std::span<const BlockInfo> blocks) {
+  put_pool_blocks(tier, blocks, /*keep=*/false, 0);
+}
+
+void TierStack::put_pool_blocks(int tier, std::span<const BlockInfo> blocks, bool keep, int attempt) {
   if (blocks.empty() || tier >= num_tiers()) return;
   const size_t per_block = static_cast<size_t>(2 * pool_.layout().n_layer);
   segments_.resize(blocks.size() * per_block);
@@ -105,16 +121,96 @@ void TierStack::put_blocks(int tier, std::span<const BlockInfo> blocks) {
     puts_.push_back(TierPut{meta, b.tokens, std::span<const ConstByteSpan>(const_segments_.data() + i * per_block, per_block),
                             b.priority});
   }
-  put_to(tier, puts_, /*demotion=*/false);
+  const std::optional<TierOpId> op = put_to(tier, puts_, /*demotion=*/false);
+  if (!op) return;
+  PoolPut& p = pool_puts_[route_key(tier, *op)];
+  p.keep = keep;
+  p.attempt = attempt;
+  const size_t bs = static_cast<size_t>(pool_.layout().block_size);
+  p.blocks.tokens.resize(blocks.size() * bs);
+  p.blocks.blocks.clear();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::copy(blocks[i].tokens.begin(), blocks[i].tokens.end(), p.blocks.tokens.begin() + static_cast<std::ptrdiff_t>(i * bs));
+    BlockInfo b = blocks[i];
+    b.tokens = std::span<const int32_t>(p.blocks.tokens).subspan(i * bs, bs);
+    p.blocks.blocks.push_back(b);
+  }
+}
+
+void TierStack::finish_pool_put(int tier, const TierCompletion& c) {
+  auto it = pool_puts_.find(route_key(tier, c.op));
+  if (it == pool_puts_.end()) {  // a demotion: the tier above gave the block up already
+    count_dropped(tier, c.num_items - c.num_ok, c.status);
+    return;
+  }
+  PoolPut& p = it->second;
+  const bool busy = c.status.code() == StatusCode::kUnavailable;
+  int64_t dropped = 0;
+  const auto n = std::min<int64_t>(c.num_items, static_cast<int64_t>(p.blocks.blocks.size()));
+  for (int64_t i = c.num_ok; i < n; ++i) {
+    const BlockInfo& b = p.blocks.blocks[static_cast<size_t>(i)];
+    if (b.block == kRemovedInFlight) continue;  // evicted meanwhile: put again at its eviction
+    if (!p.keep || !busy || p.attempt >= kMaxPutRetries) {
+      ++dropped;
+      continue;
+    }
+    Retry& r = retries_.emplace_back();
+    r.tier = tier;
+    r.attempt = p.attempt + 1;
+    r.tokens.assign(b.tokens.begin(), b.tokens.end());
+    r.info = b;
+    r.info.tokens = r.tokens;
+  }
+  count_dropped(tier, dropped, c.status);
+  pool_puts_.erase(it);
+}
+
+void TierStack::retry_puts() {
+  if (retries_.empty()) return;
+  for (int t = 0; t < num_tiers(); ++t) {
+    Level& level = tiers_[static_cast<size_t>(t)];
+    if (!level.put_completed && num_puts_in_flight_ > 0) continue;  // nothing freed since the last try
+    level.put_completed = false;
+    retry_scratch_.clear();
+    int attempt = 0;
+    for (const Retry& r : retries_) {
+      if (r.tier != t) continue;
+      retry_scratch_.push_back(r.info);
+      attempt = std::max(attempt, r.attempt);
+    }
+    if (retry_scratch_.empty()) continue;
+    level.counters.retried_writes += static_cast<int64_t>(retry_scratch_.size());
+    put_pool_blocks(t, retry_scratch_, /*keep=*/true, attempt);  // copies the tokens before they go
+    std::erase_if(retries_, [t](const Retry& r) { return r.tier == t; });
+  }
 }
 
 void TierStack::on_blocks_stored(std::span<const BlockInfo> chain) {
   for (int t = 0; t < num_tiers(); ++t) {
-    if (offload_ == OffloadMode::kWriteThrough || tiers_[static_cast<size_t>(t)].write_through) put_blocks(t, chain);
+    if (offload_ == OffloadMode::kWriteThrough || tiers_[static_cast<size_t>(t)].write_through) {
+      put_pool_blocks(t, chain, /*keep=*/true, 0);
+    }
   }
 }
 
 void TierStack::on_block_evicted(const BlockInfo& block) {
+  // A put of this block kept to retry, or still in flight, into a tier below the first: put it
+  // there now, while its bytes are intact (a no-op refresh where the first put went through).
+  uint32_t again = 0;
+  for (const Retry& r : retries_) {
+    if (r.info.block == block.block && r.info.hash == block.hash) again |= 1u << r.tier;
+  }
+  std::erase_if(retries_, [&](const Retry& r) { return r.info.block == block.block && r.info.hash == block.hash; });
+  for (auto& [key, p] : pool_puts_) {
+    for (BlockInfo& b : p.blocks.blocks) {
+      if (b.block != block.block || b.hash != block.hash) continue;
+      b.block = kRemovedInFlight;
+      if (p.keep) again |= 1u << static_cast<int>(key >> 56);
+    }
+  }
+  for (int t = 1; t < num_tiers(); ++t) {
+    if (again & (1u << t)) put_blocks(t, std::span<const BlockInfo>(&block, 1));
+  }
   // Write-through wrote it at commit; the put only refreshes it then (or restores it when the
   // tier has evicted it since).
   put_blocks(0, std::span<const BlockInfo>(&block, 1));
@@ -365,6 +461,8 @@ void TierStack::on_completion(int tier, const TierCompletion& c) {
   switch (route.kind) {
     case Route::kPut:
       --num_puts_in_flight_;
+      tiers_[static_cast<size_t>(tier)].put_completed = true;
+      finish_pool_put(tier, c);
       if (listener_ != nullptr || !stores_.empty()) announce_stored(tier, c.op, c.num_ok);
       return;
     case Route::kQuery:
@@ -407,6 +505,7 @@ void TierStack::poll_tier(int tier) {
 
 void TierStack::poll() {
   for (int t = 0; t < num_tiers(); ++t) poll_tier(t);
+  retry_puts();
   if (probes_.empty()) return;
   std::vector<ProbeId> ready;
   for (const auto& [id, p] : probes_) {
@@ -442,6 +541,14 @@ void TierStack::check_integrity() const {
   }
   CHECK_EQ(probe_ops, pending_probes);
   CHECK_EQ(put_ops, num_puts_in_flight_);
+  for (const auto& [key, p] : pool_puts_) {
+    auto r = routes_.find(key);
+    CHECK(r != routes_.end() && r->second.kind == Route::kPut) << "a pool put that is not in flight";
+  }
+  for (const Retry& r : retries_) {
+    CHECK(r.tier >= 0 && r.tier < num_tiers() && r.attempt >= 1 && r.attempt <= kMaxPutRetries);
+    CHECK(pool_.state(r.info.block) != BlockState::kFree) << "a write kept for a freed block " << r.info.block;
+  }
   CHECK_EQ(load_ops, pending_parts);
 }
 

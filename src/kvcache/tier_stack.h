@@ -34,6 +34,17 @@
 // Faults of a tier never fail the stack: a tier that reports enabled() == false answers every op
 // at once as a miss; the stack logs once per tier and counts it (TierCounters::disabled).
 //
+// No block is lost silently. A put of pool blocks (write-through at commit, or an eviction's)
+// that a tier refuses as busy (Status unavailable: its write buffers or slots are all in flight,
+// as when completions are slow) is kept: the committed blocks it did not store are put again
+// at a later poll, after one of that tier's puts completed (or when none is in flight), at most
+// kMaxPutRetries times. A kept block is valid while the pool holds it under its hash; when the
+// pool evicts it first, on_block_evicted puts it into that tier right then, from the intact
+// bytes. Every block a put did not store and that is not kept counts in
+// TierCounters::dropped_writes (metric pagoda_kv_tier_dropped_writes_total{tier}): a failure
+// that is not "busy" (a bad record), retries used up, the tier disabled, an evicted block's put
+// or a demotion that failed. Drops are logged (the first, then at each power of two).
+//
 // Hooks for later work: add_tier() appends a remote tier below the local ones (its lookups may
 // complete in a later poll; probes wait for them); a swap path puts a sequence's blocks
 // straight into tier 0 with put_blocks() and brings them back with load().
@@ -84,6 +95,8 @@ struct TierCounters {
   int64_t failed_loads = 0;       // blocks of loads that failed here (miss, corrupt, fault)
   int64_t loaded_bytes = 0;
   int64_t load_ns = 0;            // summed get latency (measured bandwidth = bytes / time)
+  int64_t dropped_writes = 0;     // blocks a put did not store and that are not kept to retry
+  int64_t retried_writes = 0;     // blocks put again after a put refused them as busy
   bool disabled = false;          // seen disabled (logged once)
   LatencyBuckets load_latency;    // per get
 };
@@ -158,9 +171,13 @@ class TierStack final : public BlockEventListener {
   std::optional<LoadResult> take_load(LoadId id);
   int64_t num_loads_in_flight() const { return static_cast<int64_t>(loads_.size()); }
   int64_t num_puts_in_flight() const { return num_puts_in_flight_; }
-  // Loads, probes or puts in flight: the owner keeps polling (a put completes its write, which
-  // makes the block visible to lookups, only through polls).
-  bool has_pending_work() const { return !loads_.empty() || !probes_.empty() || num_puts_in_flight_ > 0; }
+  // Loads, probes, puts in flight or kept to retry: the owner keeps polling (a put completes its
+  // write, which makes the block visible to lookups, only through polls).
+  bool has_pending_work() const {
+    return !loads_.empty() || !probes_.empty() || num_puts_in_flight_ > 0 || !retries_.empty();
+  }
+  int64_t num_retries_pending() const { return static_cast<int64_t>(retries_.size()); }
+  static constexpr int kMaxPutRetries = 64;
 
   // Bit t set: tier t holds `hash` now, as far as a lookup answered at once tells (an
   // introspection query: dumps, the dashboard). Slow tiers' late answers are ignored.
@@ -181,10 +198,25 @@ class TierStack final : public BlockEventListener {
     std::vector<TierPut> demote_puts;         // [1] scratch of a demotion out of this tier
     std::vector<ConstByteSpan> demote_payload;  // [1]
     std::unordered_set<BlockHash> announced;  // told to the listener as stored, not yet removed
+    bool put_completed = false;               // a put completed since the last retry
+    int64_t next_drop_log = 1;                // dropped_writes at which to log next
   };
   static constexpr int32_t kRemovedInFlight = -2;  // PendingStore block: removed before its completion
   struct PendingStore {            // a put in flight, for the listener (set only with one)
     std::vector<BlockInfo> blocks; // tokens point into `tokens`; block -1 (kRemovedInFlight: gone)
+    std::vector<int32_t> tokens;
+  };
+  // A put of pool blocks in flight (put_blocks): which blocks it carries, so those it did not
+  // store can be kept. blocks[i].block: the pool block, or kRemovedInFlight once evicted.
+  struct PoolPut {
+    PendingStore blocks;
+    bool keep = false;
+    int attempt = 0;  // 0: the first put; n: the n-th retry
+  };
+  struct Retry {      // a committed block to put again (see the top)
+    int tier = -1;
+    int attempt = 0;
+    BlockInfo info;   // tokens point into `tokens`
     std::vector<int32_t> tokens;
   };
   struct Probe {
@@ -222,7 +254,12 @@ class TierStack final : public BlockEventListener {
   void step_probe(ProbeId id);
   void on_completion(int tier, const TierCompletion& c);
   void finish_get(LoadId id, Load& load, size_t part, const TierCompletion& c);
-  void put_to(int tier, std::span<const TierPut> puts, bool demotion);
+  std::optional<TierOpId> put_to(int tier, std::span<const TierPut> puts, bool demotion);
+  // keep: the blocks are committed in the prefix index (kept for a retry if refused as busy).
+  void put_pool_blocks(int tier, std::span<const BlockInfo> blocks, bool keep, int attempt);
+  void finish_pool_put(int tier, const TierCompletion& c);
+  void retry_puts();
+  void count_dropped(int tier, int64_t blocks, const Status& why);
   void demote(int from_tier, const BlockRecordView& record, int32_t priority);
   void note_disabled(int tier);
   void record_store(int tier, TierOpId op, std::span<const TierPut> puts);
@@ -241,6 +278,9 @@ class TierStack final : public BlockEventListener {
   std::unordered_map<LoadId, Load> loads_;
   TierEventListener* listener_ = nullptr;
   std::unordered_map<uint64_t, PendingStore> stores_;  // route_key(tier, op) of puts, with a listener
+  std::unordered_map<uint64_t, PoolPut> pool_puts_;    // route_key(tier, op) of puts of pool blocks
+  std::vector<Retry> retries_;                          // chain order per tier
+  std::vector<BlockInfo> retry_scratch_;
   std::vector<BlockInfo> announce_scratch_;
   uint64_t next_id_ = 1;
   uint32_t query_bits_ = 0;                      // holders_now's answer being gathered

@@ -134,7 +134,7 @@ void ForwardPass::forward_mla(const Batch& batch, std::span<const kernels::KvLay
     // Decoupled RoPE: the last dr values of each query head and of the latent row.
     kernels::rope(q + dn, batch.positions.data(), T, H, c.rope);
     kernels::rope(kv_a + r, batch.positions.data(), T, 1, latent_rope_);
-    kernels::store_kv(kv_layers[l], kv_a, nullptr, batch.slot_mapping.data(), T);
+    kernels::store_kv(kv_layers[l], kv_a, nullptr, batch.slot_mapping.data(), T, isa_);
     // Absorb W_UK into the queries, head by head: q_abs[t, h] = [W_UK[h]^T q_nope[t, h] | q_pe[t, h]].
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t t = 0; t < T; ++t) std::memcpy(head_in_.data() + t * dn, q + (t * H + h) * qh, dn * sizeof(float));

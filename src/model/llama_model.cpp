@@ -254,7 +254,7 @@ void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerVi
     kernels::rope(q_.data(), rope_positions, T, c.n_head, c.rope);
     if (owns_kv) {
       kernels::rope(k_.data(), rope_positions, T, c.n_kv_head, c.rope);
-      kernels::store_kv(kv_layers[l], k_.data(), v_.data(), batch.slot_mapping.data(), T);
+      kernels::store_kv(kv_layers[l], k_.data(), v_.data(), batch.slot_mapping.data(), T, isa_);
     }
     kernels::AttentionScores scores;  // this layer's slices of batch.scores
     if (batch.scores != nullptr) {

@@ -62,6 +62,12 @@ void tier_metrics(std::string& out, const engine::ServingMetrics& m) {
            [](const T& x) { return x.corrupt_records; });
   per_tier(out, "pagoda_kv_tier_faults_total", "counter", "I/O or connection errors of the tier.", t,
            [](const T& x) { return x.faults; });
+  per_tier(out, "pagoda_kv_tier_dropped_writes_total", "counter",
+           "Blocks a put did not store and that will not be retried (a bad record, retries used up, the tier disabled, "
+           "a failed demotion).", t, [](const T& x) { return x.dropped_writes; });
+  per_tier(out, "pagoda_kv_tier_retried_writes_total", "counter",
+           "Committed blocks put again after the tier refused them as busy (write buffers or slots in flight).", t,
+           [](const T& x) { return x.retried_writes; });
   const char* lat = "pagoda_kv_tier_load_latency_seconds";
   header(out, lat, "histogram", "Latency of reads from the tier into the pool.");
   const auto& bounds = kvcache::LatencyBuckets::kBounds;

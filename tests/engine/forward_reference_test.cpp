@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "core/clock.h"
@@ -33,18 +34,20 @@ std::vector<int32_t> test_tokens(const Case& c, int n) {
 }
 
 // The engine's logits for every token of `tokens` on a fresh load of `file`, prefilled in
-// chunks of at most `batch` rows, blocks of 4 positions (several per sequence).
+// chunks of at most `batch` rows, blocks of 4 positions (several per sequence), on the
+// kernels of `isa`.
 Result<std::vector<float>> engine_logits(model::GgufFile file, int64_t batch, int threads,
                                          const std::vector<int32_t>& tokens, const Clock& clock,
-                                         const Logger& logger, bool batched_bf16 = false) {
+                                         const Logger& logger, kernels::Isa isa, bool batched_bf16 = false) {
   auto model = model::LlamaModel::load(std::move(file));
   if (!model.is_ok()) return model.status();
-  if (batched_bf16) PAGODA_RETURN_IF_ERROR(model.value()->round_f16_weights_to_bf16());  // as tools/ does
   engine::EngineConfig config;
   config.num_threads = threads;
   config.max_batch_tokens = batch;
   config.block_size = 4;
   config.batched_bf16 = batched_bf16;
+  config.isa = isa;
+  PAGODA_RETURN_IF_ERROR(engine::prepare_batched_bf16(*model.value(), config, logger));  // as tools/ does
   auto eng = engine::Engine::create(std::move(model).value(), config, clock, logger);
   if (!eng.is_ok()) return eng.status();
   return eng.value()->score(tokens);
@@ -79,11 +82,13 @@ TEST(ForwardReference, EngineMatchesFloat64ForwardOnManyShapesAndTypes) {
     const std::vector<double> want = reference_logits(*file, c.shape, tokens);
     // Quantized weights: the decode path also quantizes activations to Q8_0 / Q8_K (as ggml does).
     const bool quantized = dtype_info(c.dtype).block_elems > 1;
+    for (kernels::Isa isa : kernels::supported_isas())
     for (int64_t batch : {1, 16}) {
       for (int threads : {1, 2}) {
-        SCOPED_TRACE("batch " + std::to_string(batch) + " threads " + std::to_string(threads));
+        SCOPED_TRACE(std::string(kernels::isa_name(isa)) + " batch " + std::to_string(batch) + " threads " +
+                     std::to_string(threads));
         auto got = engine_logits(model::make_random_model(c.shape, c.dtype, 99).value(), batch, threads, tokens,
-                                 clock, logger);
+                                 clock, logger, isa);
         ASSERT_TRUE(got.is_ok()) << got.status().message();
         // Rows computed in a chunk that takes the prefill path (dequantized weights, f32
         // activations): tight. Chunks on the decode path quantize activations.
@@ -116,19 +121,19 @@ TEST(ForwardReference, LongPrefillChunksOfHalfWeightsStayNearFloat64) {
   };
   ManualClock clock;
   Logger logger(LogLevel::kSilent);
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.label);
+  for (const Case& c : cases) for (kernels::Isa isa : kernels::supported_isas()) {
+    SCOPED_TRACE(std::string(c.label) + " on " + kernels::isa_name(isa));
     auto file = model::make_random_model(c.shape, c.dtype, 99);
     ASSERT_TRUE(file.is_ok()) << file.status().message();
     const std::vector<int32_t> tokens = test_tokens(c, 64);
     const std::vector<double> want = reference_logits(*file, c.shape, tokens);
-    auto got = engine_logits(std::move(file).value(), 64, 2, tokens, clock, logger);
+    auto got = engine_logits(std::move(file).value(), 64, 2, tokens, clock, logger, isa);
     ASSERT_TRUE(got.is_ok()) << got.status().message();
     ThreadPool pool(1);
-    const kernels::Matmul probe(pool, 64, 256, 256);
+    const kernels::Matmul probe(pool, 64, 256, 256, isa);
     const bool bf16 = probe.uses_bf16(kernels::WeightView{nullptr, c.dtype, 1, c.shape.n_embd});
     const double err = max_relative_error(*got, want, c.shape.n_vocab);
-    std::string key = std::string("relative_error ") + c.label + (bf16 ? " (bf16)" : " (f32)");
+    std::string key = std::string("relative_error ") + c.label + " " + kernels::isa_name(isa) + (bf16 ? " (bf16)" : " (f32)");
     for (char& ch : key) ch = ch == ' ' ? '_' : ch;
     RecordProperty(key, std::to_string(err));
     EXPECT_LT(err, bf16 ? 3e-2 : 2e-4);
@@ -140,9 +145,10 @@ TEST(ForwardReference, LongPrefillChunksOfHalfWeightsStayNearFloat64) {
 
 // EngineConfig::batched_bf16 (--batched-bf16, F16 weights rounded to BF16 at load as tools/
 // does): chunks of 20 rows, which f32 arithmetic (the f32 GEMM or the decode kernels) takes
-// by default, go through the bf16 GEMM on F16/BF16 weights where the CPU has it. The logits
+// by default, go through the bf16 GEMM on F16/BF16 weights where the ISA runs it. The logits
 // then stay within the bf16 prefill's 3e-2 of the float64 forward, and the rounding is really
-// there; off, the same chunks stay within 2e-4.
+// there; off, or on an ISA without the bf16 GEMM (where the flag is ignored and the weights are
+// not rounded), the same chunks stay within 2e-4. Each ISA this CPU runs is tested.
 TEST(ForwardReference, BatchedBf16StepsOfHalfWeightsStayNearFloat64) {
   const std::vector<Case> cases = {
       {"GQA hd8 f16", {"t", 64, 2, 8, 2, 96, 300, 80}, DType::kF16},
@@ -152,23 +158,25 @@ TEST(ForwardReference, BatchedBf16StepsOfHalfWeightsStayNearFloat64) {
   Logger logger(LogLevel::kSilent);
   constexpr int64_t kRows = 20;
   static_assert(kRows >= kernels::Matmul::kBf16MinTokens && kRows <= kernels::Matmul::kDecodeMaxTokens);
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.label);
+  for (const Case& c : cases) for (kernels::Isa isa : kernels::supported_isas()) {
+    SCOPED_TRACE(std::string(c.label) + " on " + kernels::isa_name(isa));
     auto file = model::make_random_model(c.shape, c.dtype, 99);
     ASSERT_TRUE(file.is_ok()) << file.status().message();
     const std::vector<int32_t> tokens = test_tokens(c, 40);
     const std::vector<double> want = reference_logits(*file, c.shape, tokens);
     ThreadPool pool(1);
-    kernels::Matmul probe(pool, kRows, 256, 256);
+    kernels::Matmul probe(pool, kRows, 256, 256, isa);
     const kernels::WeightView view{nullptr, c.dtype, 1, c.shape.n_embd};
     const bool bf16 = probe.uses_bf16(view);
+    EXPECT_EQ(bf16, kernels::batched_bf16_runs(isa));
     probe.set_batched_bf16(true);
     EXPECT_EQ(probe.path(view, kRows), bf16                     ? kernels::Matmul::Path::kBf16
                                        : probe.uses_f32(view) ? kernels::Matmul::Path::kF32
                                                               : kernels::Matmul::Path::kDecode);
     for (bool on : {false, true}) {
       SCOPED_TRACE(on ? "batched bf16" : "f32 arithmetic (the f32 GEMM or the decode kernels)");
-      auto got = engine_logits(model::make_random_model(c.shape, c.dtype, 99).value(), kRows, 2, tokens, clock, logger, on);
+      auto got = engine_logits(model::make_random_model(c.shape, c.dtype, 99).value(), kRows, 2, tokens, clock, logger,
+                               isa, on);
       ASSERT_TRUE(got.is_ok()) << got.status().message();
       const double err = max_relative_error(*got, want, c.shape.n_vocab);
       if (on && bf16) {
@@ -178,6 +186,35 @@ TEST(ForwardReference, BatchedBf16StepsOfHalfWeightsStayNearFloat64) {
         EXPECT_LT(err, 2e-4);
       }
     }
+  }
+}
+
+// Where the bf16 GEMM does not run (always on the scalar kernels), --batched-bf16 is turned off
+// with a warning and the F16 weights are left as they are (rounding them would only lose accuracy).
+TEST(ForwardReference, BatchedBf16IsIgnoredWhereNoBf16GemmRuns) {
+  const model::ModelShape shape{"t", 64, 2, 8, 2, 96, 300, 80};
+  for (kernels::Isa isa : kernels::supported_isas()) {
+    if (kernels::batched_bf16_runs(isa)) continue;
+    SCOPED_TRACE(kernels::isa_name(isa));
+    auto model = model::LlamaModel::load(model::make_random_model(shape, DType::kF16, 99).value());
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    const kernels::WeightView wq = model.value()->layer(0).wq;
+    ASSERT_EQ(wq.dtype, DType::kF16);
+    const std::vector<uint8_t> before(wq.row(0), wq.row(0) + wq.row_bytes() * wq.n_out);
+    FILE* log_file = std::tmpfile();
+    ASSERT_NE(log_file, nullptr);
+    Logger logger(LogLevel::kWarn, log_file);
+    engine::EngineConfig config;
+    config.batched_bf16 = true;
+    config.isa = isa;
+    ASSERT_TRUE(engine::prepare_batched_bf16(*model.value(), config, logger).is_ok());
+    EXPECT_FALSE(config.batched_bf16);
+    std::rewind(log_file);
+    char line[512] = {};
+    ASSERT_NE(std::fgets(line, sizeof(line), log_file), nullptr);
+    std::fclose(log_file);
+    EXPECT_NE(std::string(line).find("--batched-bf16 ignored"), std::string::npos) << line;
+    EXPECT_EQ(std::vector<uint8_t>(wq.row(0), wq.row(0) + wq.row_bytes() * wq.n_out), before);
   }
 }
 

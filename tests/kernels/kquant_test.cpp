@@ -207,8 +207,7 @@ TEST(KQuant, PrefillDequantizersAreBitExact) {
     const WeightView w{data.data(), dtype, n_out, n_in};
     std::vector<float> want(static_cast<size_t>(n_out * n_in));
     for (int64_t o = 0; o < n_out; ++o) dequantize_row(dtype, w.row(o), want.data() + o * n_in, n_in);
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-      if (isa > detect_isa()) continue;
+    for (Isa isa : supported_isas()) {
       std::vector<float> got(want.size(), -1.0f);
       detail::matmul_kernels(isa).dequantize_rows(w, 1, n_out - 1, got.data());
       for (size_t i = 0; i < static_cast<size_t>((n_out - 1) * n_in); ++i) {

@@ -22,13 +22,6 @@ constexpr int64_t kMaxTokens = Matmul::kDecodeMaxTokens + 2;  // past every path
 constexpr int64_t kMaxIn = 4096;
 constexpr int64_t kMaxOut = 300;
 
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> isas = {Isa::kScalar};
-  if (detect_isa() >= Isa::kAvx2) isas.push_back(Isa::kAvx2);
-  if (detect_isa() >= Isa::kAvx512) isas.push_back(Isa::kAvx512);
-  return isas;
-}
-
 // Random weights [n_out, n_in] stored in `dtype`, plus their dequantized values.
 struct Weights {
   std::vector<uint8_t> data;
@@ -165,11 +158,11 @@ void record_worst(double worst) {
   ::testing::Test::RecordProperty("worst_relative_error", text.str());
 }
 
-// A Matmul of the tests' sizes on the best ISA, to ask which path weights of `dtype` take.
+// A Matmul of the tests' sizes on `isa`, to ask which path weights of `dtype` take.
 struct Probe {
-  explicit Probe(DType dtype) : view{nullptr, dtype, 1, 256} {}
+  explicit Probe(DType dtype, Isa isa = detect_isa()) : matmul{pool, kMaxTokens, kMaxIn, kMaxOut, isa}, view{nullptr, dtype, 1, 256} {}
   ThreadPool pool{1};
-  Matmul matmul{pool, kMaxTokens, kMaxIn, kMaxOut};
+  Matmul matmul;
   WeightView view;
 };
 
@@ -206,10 +199,12 @@ TEST_P(MatmulByDType, BatchedDecodeMatchesDecodeReference) {
 TEST_P(MatmulByDType, BatchedDecodeOfHalfWeightsStaysF32) {
   const DType dtype = GetParam();
   if (dtype != DType::kF16 && dtype != DType::kBF16) return;
-  Probe p(dtype);
+  for (Isa isa : supported_isas()) {
+  SCOPED_TRACE(isa_name(isa));
+  Probe p(dtype, isa);
   Matmul& probe = p.matmul;
   const WeightView& view = p.view;
-  EXPECT_EQ(probe.uses_f32(view), detect_isa() == Isa::kAvx512);
+  EXPECT_EQ(probe.uses_f32(view), isa >= Isa::kAvx2);
   for (int64_t t = 1; t <= Matmul::kDecodeMaxTokens; ++t) {
     const bool f32 = probe.uses_f32(view) && t >= Matmul::kF32MinTokens;
     EXPECT_EQ(probe.path(view, t), f32 ? Matmul::Path::kF32 : Matmul::Path::kDecode) << t;
@@ -224,26 +219,33 @@ TEST_P(MatmulByDType, BatchedDecodeOfHalfWeightsStaysF32) {
   probe.set_f32_gemm(false);
   EXPECT_FALSE(probe.uses_f32(view));
   for (int64_t t = 1; t <= Matmul::kDecodeMaxTokens; ++t) EXPECT_EQ(probe.path(view, t), Matmul::Path::kDecode) << t;
+  }
 }
 
 // The f32 GEMM: a token's result does not depend on which or how many tokens share its call
 // (kernels/matmul_f32.h), bit for bit: calls of 48 tokens, of 16..47 of them and of
-// permutations give each token the same bits.
+// permutations give each token the same bits; and every ISA's GEMM gives the same bits.
 TEST_P(MatmulByDType, BatchedF32DecodeIsBatchInvariant) {
   const DType dtype = GetParam();
   if (dtype != DType::kF16 && dtype != DType::kBF16) return;
-  if (!Probe(dtype).matmul.uses_f32(Probe(dtype).view)) GTEST_SKIP() << "no AVX-512 here: no f32 GEMM";
+  if (!Probe(dtype).matmul.uses_f32(Probe(dtype).view)) GTEST_SKIP() << "no AVX2 here: no f32 GEMM";
   Rng rng(330 + static_cast<int>(dtype));
   for (int64_t n_in : {64, 288, 4096}) {
     const int64_t n_out = 300, all = Matmul::kDecodeMaxTokens;
     const Weights w = random_weights(dtype, n_out, n_in, rng);
     const std::vector<float> x = random_x(all, n_in, rng);
+    std::vector<float> y_first_isa;
+    for (Isa isa : supported_isas())
     for (int threads : {1, 2, 3}) {
+      if (isa == Isa::kScalar || (threads > 1 && isa != detect_isa())) continue;
+      SCOPED_TRACE(isa_name(isa));
       ThreadPool pool(threads);
-      Matmul matmul(pool, all, kMaxIn, kMaxOut);
+      Matmul matmul(pool, all, kMaxIn, kMaxOut, isa);
       ASSERT_EQ(matmul.path(w.view, all), Matmul::Path::kF32);
       std::vector<float> y_all(static_cast<size_t>(all * n_out));
       matmul.run(w.view, x.data(), all, y_all.data());
+      if (y_first_isa.empty()) y_first_isa = y_all;
+      ASSERT_EQ(0, std::memcmp(y_all.data(), y_first_isa.data(), y_all.size() * sizeof(float)));
       // Subsets: tokens [first, first + n) in reverse order.
       for (auto [first, n] : {std::pair<int64_t, int64_t>{0, 16}, {5, 17}, {30, 18}, {3, 33}, {1, 47}}) {
         ASSERT_EQ(matmul.path(w.view, n), Matmul::Path::kF32);
@@ -267,7 +269,8 @@ TEST_P(MatmulByDType, BatchedF32DecodeIsBatchInvariant) {
 // matmul_bf16_reference's arithmetic; fewer tokens and other weights keep their paths.
 TEST_P(MatmulByDType, BatchedBf16DecodeMatchesBf16Reference) {
   const DType dtype = GetParam();
-  Probe p(dtype), q(dtype);
+  const Isa isa = std::min(detect_isa(), Isa::kAvx512);  // with AMX, prefill takes the tiles
+  Probe p(dtype, isa), q(dtype, isa);
   q.matmul.set_batched_bf16(true);
   const bool half = dtype == DType::kF16 || dtype == DType::kBF16;
   for (int64_t t = 1; t <= Matmul::kDecodeMaxTokens + 1; ++t) {
@@ -275,7 +278,7 @@ TEST_P(MatmulByDType, BatchedBf16DecodeMatchesBf16Reference) {
     EXPECT_EQ(q.matmul.path(q.view, t), bf16 ? Matmul::Path::kBf16 : p.matmul.path(p.view, t)) << t;
   }
   if (!half) return;
-  if (!p.matmul.uses_bf16(p.view)) GTEST_SKIP() << "this CPU has no AVX512-BF16 (or has AMX): no bf16 GEMM here";
+  if (!p.matmul.uses_bf16(p.view)) GTEST_SKIP() << "this CPU has no AVX512-BF16: no bf16 GEMM here";
   Rng rng(290 + static_cast<int>(dtype));
   const std::vector<int64_t> n_tokens = {Matmul::kBf16MinTokens, 22, Matmul::kDecodeMaxTokens};
   for (int64_t t : n_tokens) ASSERT_TRUE(Matmul::uses_decode_kernels(dtype, t));
@@ -301,16 +304,16 @@ TEST_P(MatmulByDType, PrefillMatchesReference) {
 // last tile of 16), row counts that are not multiples of the kernel's 4 or of a thread's chunk.
 TEST_P(MatmulByDType, Int8PrefillMatchesDecodeReference) {
   const DType dtype = GetParam();
-  {
-    const Probe p(dtype);
-    const Matmul& probe = p.matmul;
-    const WeightView& view = p.view;
-    const bool float_weights = dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
-    const bool want = detect_isa() == Isa::kAvx512 && !float_weights && !probe.uses_amx(view);
-    ASSERT_EQ(probe.uses_int8(view), want);
-    if (float_weights) return;  // never int8: checked above
-    if (!want) GTEST_SKIP() << "this CPU has no AVX-512 VNNI (or has AMX): no int8 prefill here";
+  const bool float_weights = dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+  bool any = false;
+  for (Isa isa : supported_isas()) {
+    const Probe p(dtype, isa);
+    const bool want = isa >= Isa::kAvx512 && !float_weights && !p.matmul.uses_amx(p.view);
+    ASSERT_EQ(p.matmul.uses_int8(p.view), want) << isa_name(isa);
+    any = any || want;
   }
+  if (float_weights) return;  // never int8: checked above
+  if (!any) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: no int8 prefill here";
   Rng rng(250 + static_cast<int>(dtype));
   const std::vector<int64_t> n_tokens = {Matmul::kDecodeMaxTokens + 1, 64, 97};
   for (int64_t t : n_tokens) ASSERT_FALSE(Matmul::uses_decode_kernels(dtype, t));
@@ -323,7 +326,7 @@ TEST_P(MatmulByDType, Int8PrefillMatchesDecodeReference) {
 TEST_P(MatmulByDType, Bf16PrefillMatchesBf16Reference) {
   const DType dtype = GetParam();
   {
-    const Probe p(dtype);
+    const Probe p(dtype, std::min(detect_isa(), Isa::kAvx512));  // with AMX, prefill takes the tiles
     const Matmul& probe = p.matmul;
     const WeightView& view = p.view;
     const bool half = dtype == DType::kF16 || dtype == DType::kBF16;
@@ -331,7 +334,7 @@ TEST_P(MatmulByDType, Bf16PrefillMatchesBf16Reference) {
       EXPECT_FALSE(probe.uses_bf16(view));
       return;
     }
-    if (!probe.uses_bf16(view)) GTEST_SKIP() << "this CPU has no AVX512-BF16 (or has AMX): no bf16 prefill here";
+    if (!probe.uses_bf16(view)) GTEST_SKIP() << "this CPU has no AVX512-BF16: no bf16 prefill here";
   }
   Rng rng(270 + static_cast<int>(dtype));
   const std::vector<int64_t> n_tokens = {Matmul::kDecodeMaxTokens + 1, 64, 97};
@@ -378,7 +381,7 @@ INSTANTIATE_TEST_SUITE_P(AllDTypes, MatmulByDType, ::testing::ValuesIn(kDTypes),
 // all-zero block, ties of magnitude with opposite signs (the first one sets the scale's
 // sign), values exactly half-way between quants, and tiny and huge magnitudes.
 TEST(Matmul, Int8Q8KQuantizerIsTheScalarOne) {
-  if (detect_isa() != Isa::kAvx512) GTEST_SKIP() << "no AVX-512 here";
+  if (detect_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 here";
   Rng rng(77);
   constexpr int64_t kBlocks = 8, n = kBlocks * kQK_K;
   for (int trial = 0; trial < 20; ++trial) {

@@ -87,7 +87,7 @@ TEST(MlaAttention, KernelMatchesReferenceForEveryDtypeAndIsa) {
     const AttentionParams params{c.n_head, 1.0f / std::sqrt(static_cast<float>(L)), c.window, c.sinks};
     std::vector<float> want(rows * c.n_head * c.r);
     mla_attention_reference(buf.view(), q.data(), s.positions.data(), s.spans.data(), 3, params, c.r, want.data());
-    for (Isa isa : {Isa::kScalar, detect_isa()}) {
+    for (Isa isa : supported_isas()) {
       for (int threads : {1, 3}) {
         ThreadPool pool(threads);
         AttentionScratch scratch(threads, 64, L);

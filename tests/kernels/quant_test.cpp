@@ -31,13 +31,6 @@ std::vector<float> dequantized(DType dtype, const std::vector<uint8_t>& q, int64
   return out;
 }
 
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> isas = {Isa::kScalar};
-  if (detect_isa() >= Isa::kAvx2) isas.push_back(Isa::kAvx2);
-  if (detect_isa() >= Isa::kAvx512) isas.push_back(Isa::kAvx512);
-  return isas;
-}
-
 TEST(Quant, F32RoundTripIsExact) {
   Rng rng(1);
   auto x = random_normal(rng, 100);
