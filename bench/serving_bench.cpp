@@ -62,13 +62,14 @@ struct Run {
 
 Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shared_ptr<const model::Tokenizer> tok,
                 int64_t concurrency, int64_t max_num_seqs, int64_t prompt, int64_t gen, int threads, int64_t batched, double step_budget_ms,
-                bool batched_bf16, kernels::KvDType kv_dtype) {
+                bool batched_bf16, kernels::KvDType kv_dtype, kernels::Isa isa) {
   SteadyClock clock;
   Logger logger(LogLevel::kSilent);
   engine::EngineConfig ec;
   ec.num_threads = threads;
   ec.max_batch_tokens = batched;
   ec.batched_bf16 = batched_bf16;
+  ec.isa = isa;
   const model::ModelConfig& mc = model->config();
   // KV for every request at once (plus a block of slack each, f32-sized): no preemption.
   ec.kv_dtype = kv_dtype;
@@ -109,7 +110,7 @@ Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shar
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf [C=16] [P=64] [G=64] [threads=0] [max_batched_tokens=512] [one_at_a_time=1] [step_budget_ms=100] [batched_bf16=0] [kv_dtype=f32]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.gguf [C=16] [P=64] [G=64] [threads=0] [max_batched_tokens=512] [one_at_a_time=1] [step_budget_ms=100] [batched_bf16=0] [kv_dtype=f32] [isa=best]\n", argv[0]);
     return 2;
   }
   auto arg = [&](int i, int64_t def) { return argc > i ? std::atoll(argv[i]) : def; };
@@ -120,6 +121,12 @@ int main(int argc, char** argv) {
   const auto kv_dtype = kernels::kv_dtype_from_name(argc > 10 ? argv[10] : "f32");
   if (!kv_dtype) {
     std::fprintf(stderr, "unknown kv_dtype '%s'\n", argv[10]);
+    return 2;
+  }
+  const std::string isa_name = argc > 11 ? argv[11] : "best";
+  const std::optional<kernels::Isa> isa = isa_name == "best" ? kernels::detect_isa() : kernels::isa_from_name(isa_name);
+  if (!isa || *isa > kernels::detect_isa()) {
+    std::fprintf(stderr, "isa '%s': not one this CPU runs (best: %s)\n", isa_name.c_str(), kernels::isa_name(kernels::detect_isa()));
     return 2;
   }
   auto file = model::GgufFile::read(argv[1]);
@@ -140,6 +147,7 @@ int main(int argc, char** argv) {
   }
   engine::EngineConfig bf16_config;  // --batched-bf16 as tools/ applies it (ignored where no bf16 GEMM runs)
   bf16_config.batched_bf16 = batched_bf16;
+  bf16_config.isa = *isa;
   const Logger bf16_logger(LogLevel::kWarn);
   if (const Status s = engine::prepare_batched_bf16(*model.value(), bf16_config, bf16_logger); !s.is_ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
@@ -157,7 +165,7 @@ int main(int argc, char** argv) {
   const int64_t seqs[2] = {c, 1};
   const int runs = arg(7, 1) != 0 ? 2 : 1;
   for (int i = 0; i < runs; ++i) {
-    auto r = run(m, t, c, seqs[i], p, g, threads, batched, step_budget_ms, batched_bf16, *kv_dtype);
+    auto r = run(m, t, c, seqs[i], p, g, threads, batched, step_budget_ms, batched_bf16, *kv_dtype, *isa);
     if (!r.is_ok()) {
       std::fprintf(stderr, "%s\n", r.status().message().c_str());
       return 1;

@@ -87,7 +87,7 @@ int bench_prefix_ttft(const BenchOptions& o, engine::Engine& eng, const model::T
 }
 
 int bench(const BenchOptions& o, const Clock& clock, Logger& logger) {
-  if (!o.engine.verbose) logger.set_level(LogLevel::kWarn);
+  logger.set_level(o.engine.verbose ? LogLevel::kDebug : LogLevel::kWarn);
   EngineOptions eo = o.engine;
   // The prefill test repeats one prompt: with the prefix cache on, every rep after the first
   // would be served from cache. Only the --prefix-ttft test uses it.

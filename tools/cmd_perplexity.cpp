@@ -37,7 +37,7 @@ void log_softmax(const float* logits, int64_t n, std::vector<double>& out) {
 }
 
 int perplexity(const PerplexityOptions& o, const Clock& clock, Logger& logger) {
-  if (!o.engine.verbose) logger.set_level(LogLevel::kWarn);
+  logger.set_level(o.engine.verbose ? LogLevel::kDebug : LogLevel::kWarn);
   std::ifstream in(o.file, std::ios::binary);
   if (!in) return fail(Status::error(o.file + ": cannot open"));
   std::stringstream ss;

@@ -44,7 +44,7 @@ struct RouterOptions {
 };
 
 int run_router(const RouterOptions& o, const Clock& clock, Logger& logger) {
-  if (!o.verbose) logger.set_level(LogLevel::kInfo);
+  logger.set_level(o.verbose ? LogLevel::kDebug : LogLevel::kInfo);
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);

@@ -63,7 +63,7 @@ int run_parallel(const RunOptions& o, engine::Engine& eng, const model::Tokenize
 }
 
 int run(const RunOptions& o, const Clock& clock, Logger& logger) {
-  if (!o.engine.verbose) logger.set_level(o.json ? LogLevel::kWarn : LogLevel::kInfo);
+  logger.set_level(o.engine.verbose ? LogLevel::kDebug : o.json ? LogLevel::kWarn : LogLevel::kInfo);
   auto loaded = load_engine(o.engine, clock, logger);
   if (!loaded.is_ok()) return fail(loaded.status());
   engine::Engine& eng = *loaded->engine;

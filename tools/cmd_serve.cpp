@@ -180,7 +180,7 @@ Status pin_at_start(engine::ServingEngine& engine, const model::Tokenizer& token
 }
 
 int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
-  if (!o.engine.verbose) logger.set_level(LogLevel::kInfo);
+  logger.set_level(o.engine.verbose ? LogLevel::kDebug : LogLevel::kInfo);
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);

@@ -93,6 +93,11 @@ Status attach_kv_tiers(const EngineOptions& o, engine::Engine& eng, const Clock&
   if (o.kv_load == "load") mode = engine::LoadCostModel::Mode::kAlwaysLoad;
   if (o.kv_load == "recompute") mode = engine::LoadCostModel::Mode::kNeverLoad;
   PAGODA_RETURN_IF_ERROR(eng.attach_tiers(std::move(tiers), *offload, mode, write_through));
+  if (mode == engine::LoadCostModel::Mode::kAuto) {  // the first load decision on this machine's numbers
+    if (Result<double> tps = eng.calibrate_load_cost(); !tps.is_ok()) {
+      logger.warn("kv load cost: no start-up prefill timing (" + tps.status().message() + "); a prior is used until requests measure it");
+    }
+  }
   logger.info("KV tiers: offload " + o.kv_offload + ", load " + o.kv_load);
   return Status::ok();
 }

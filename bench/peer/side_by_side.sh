@@ -2,7 +2,7 @@
 # Pagoda vs native llama.cpp (bench/peer/build_native.sh), same GGUF files, same threads,
 # interleaved rounds, medians: the table of issue 11 in BENCHMARKS.md.
 #
-#   bench/peer/side_by_side.sh [--rounds N] [--rows ROW,...] [--out DIR] [--threads T] [--force]
+#   bench/peer/side_by_side.sh [--rounds N] [--rows ROW,...] [--out DIR] [--threads T] [--isa avx2] [--force]
 #
 # Rows (default: all): pp512 tg128 pp1900 tg128d1900 batched16 http16 tl_q8 tl_q4km curve
 #   pp512, tg128     llama-110m f16: llama-bench -p 512 / -n 128   vs pagoda bench -p 512 / -n 128
@@ -21,7 +21,9 @@
 # with --batched-bf16. Model files go to MODEL_DIR (default /work/models), made once with
 # `pagoda make-model`. Raw outputs and table.md go to --out (default /tmp/pagoda-peer/DATE).
 # Needs a Release build (BUILD_DIR, default build/) and the native peer (PAGODA_PEER_CACHE,
-# default /work/cache). Run it alone on the machine.
+# default /work/cache). Run it alone on the machine. --isa avx2 pairs `pagoda --isa avx2` with
+# the AVX2 build of llama.cpp (build_native.sh --avx2), so the AVX2 table can be measured on an
+# AVX-512 host too.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -34,6 +36,7 @@ BF16_FLAG=()
 [[ "$PAGODA_BATCHED_BF16" == 1 ]] && BF16_FLAG=(--batched-bf16)
 ROUNDS=3
 THREADS=2
+ISA=""
 ROWS="pp512,tg128,pp1900,tg128d1900,batched16,http16,tl_q8,tl_q4km,curve"
 OUT=""
 FORCE=0
@@ -46,11 +49,18 @@ while [[ $# -gt 0 ]]; do
     --rows) ROWS="${2:?}"; shift 2 ;;
     --out) OUT="${2:?}"; shift 2 ;;
     --threads) THREADS="${2:?}"; shift 2 ;;
+    --isa) ISA="${2:?}"; shift 2 ;;
     --force) FORCE=1; shift ;;
     -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
+ISA_FLAG=()
+if [[ -n "$ISA" ]]; then
+  [[ "$ISA" == avx2 ]] || die "--isa: only avx2 has a like-for-like peer build"
+  PEER_BIN="${PAGODA_PEER_CACHE:-/work/cache}/llama.cpp/build-avx2/bin"
+  ISA_FLAG=(--isa "$ISA")
+fi
 PAGODA="$BUILD_DIR/bin/pagoda"
 for b in "$PAGODA" "$BUILD_DIR/bin/serving_bench" "$BUILD_DIR/bin/membw_bench" "$BUILD_DIR/bin/peak_flops_bench"; do
   [[ -x "$b" ]] || die "$b not found: make build first"
@@ -84,12 +94,12 @@ if has_row tl_q4km; then TLQ4="$(model tinyllama-1.1b q4_k_m)"; fi
   echo "{\"cpu\": \"$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)\","
   echo " \"pagoda_commit\": \"$(git -C "$REPO" rev-parse --short HEAD)\","
   echo " \"llama_cpp_commit\": \"$(git -C "$PEER_BIN/../.." rev-parse --short HEAD 2>/dev/null || echo unknown)\","
-  echo " \"threads\": $THREADS, \"rounds\": $ROUNDS, \"pagoda_kv\": \"$PAGODA_KV\", \"batched_bf16\": $PAGODA_BATCHED_BF16, \"date\": \"$(date -u +%FT%TZ)\"}"
+  echo " \"isa\": \"${ISA:-best}\", \"threads\": $THREADS, \"rounds\": $ROUNDS, \"pagoda_kv\": \"$PAGODA_KV\", \"batched_bf16\": $PAGODA_BATCHED_BF16, \"date\": \"$(date -u +%FT%TZ)\"}"
 } > "$OUT/meta.json"
 "$BUILD_DIR/bin/membw_bench" --json --threads 2 > "$OUT/membw.json" 2>/dev/null || true
 "$BUILD_DIR/bin/peak_flops_bench" "$THREADS" --json > "$OUT/peak.json" || true
 
-pg() { "$PAGODA" bench --threads "$THREADS" --kv-dtype "$PAGODA_KV" -r 1 --json --quiet "$@"; }
+pg() { "$PAGODA" bench --threads "$THREADS" --kv-dtype "$PAGODA_KV" "${ISA_FLAG[@]}" -r 1 --json --quiet "$@"; }
 lb() { "$PEER_BIN/llama-bench" -t "$THREADS" -mmp 0 -r 1 -o json "$@" 2>/dev/null; }
 
 BASE_PORT="${PORT:-18383}"
@@ -128,12 +138,12 @@ run_row() {  # row round
       pg -m "$M110" -p 0 -n 128 --depth 1900 > "$o.pagoda.json"
       lb -m "$M110" -p 0 -n 128 -d 1900 > "$o.llama.json" ;;
     batched16)
-      "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" 512 0 100 "$PAGODA_BATCHED_BF16" "$PAGODA_KV" > "$o.pagoda.txt"
+      "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" 512 0 100 "$PAGODA_BATCHED_BF16" "$PAGODA_KV" "${ISA:-best}" > "$o.pagoda.txt"
       "$PEER_BIN/llama-batched-bench" -m "$M110" -t "$THREADS" --no-mmap -c 4096 -b 2048 -ub 512 \
         -npp 64 -ntg 64 -npl 16 --output-format jsonl 2>/dev/null > "$o.llama.jsonl" ;;
     http16)  # a fresh port per server: the previous one's connections linger in TIME_WAIT
       PORT=$(( BASE_PORT + 2 * r ))
-      serve_bench "$o.pagoda.json" "$PAGODA" serve -m "$M110" --port "$PORT" --threads "$THREADS" --kv-dtype "$PAGODA_KV" --http-threads 256 \
+      serve_bench "$o.pagoda.json" "$PAGODA" serve -m "$M110" --port "$PORT" --threads "$THREADS" --kv-dtype "$PAGODA_KV" "${ISA_FLAG[@]}" --http-threads 256 \
         "${BF16_FLAG[@]}"
       PORT=$(( BASE_PORT + 2 * r + 1 ))
       serve_bench "$o.llama.json" "$PEER_BIN/llama-server" -m "$M110" --host 127.0.0.1 --port "$PORT" -t "$THREADS" \

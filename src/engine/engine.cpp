@@ -167,6 +167,16 @@ Status Engine::attach_tiers(std::vector<std::unique_ptr<kvcache::Tier>> tiers, k
     tiers_->add_tier(std::move(tiers[i]), i < write_through.size() && write_through[i]);
   }
   load_cost_ = std::make_unique<LoadCostModel>(load_mode);
+  load_cost_->set_logger(logger_);
+  for (int t = 0; t < tiers_->num_tiers(); ++t) {  // the tiers' own start-up probes, block-sized
+    kvcache::Tier& tier = tiers_->tier(t);
+    const kvcache::TransferSample s = tier.take_transfer_sample();
+    if (s.bytes <= 0 || s.ns <= 0) continue;
+    load_cost_->observe_load(t, tier.medium(), s.bytes, s.ns);
+    logger_->info("kv tier " + std::string(tier.name()) + ": " +
+                  std::to_string(static_cast<int64_t>(static_cast<double>(s.bytes) * 1e3 / static_cast<double>(s.ns))) +
+                  " MB/s in its start-up probe (" + kvcache::format_bytes(s.bytes) + ")");
+  }
   loaded_from_.assign(static_cast<size_t>(pool_->num_blocks()), LoadedFrom{});
   blocks_->add_listener(tiers_.get());
   return Status::ok();

@@ -188,6 +188,12 @@ class Engine {
                       const std::vector<bool>& write_through = {});
   kvcache::TierStack* tiers() { return tiers_.get(); }
   const kvcache::TierStack* tiers() const { return tiers_.get(); }
+  // Times a short prefill (kCalibrationTokens rows, after one untimed run) on a scratch sequence
+  // that is never cached, and feeds it to the load-cost model, so its first decision uses this
+  // machine's prefill speed (engine/load_cost.h). Needs tiers attached; once, before requests.
+  // Returns the tokens/s measured (0 when the clock did not move, e.g. a ManualClock).
+  Result<double> calibrate_load_cost();
+  static constexpr int64_t kCalibrationTokens = 32;
   LoadCostModel* load_cost() { return load_cost_.get(); }
   const LoadCostModel* load_cost() const { return load_cost_.get(); }
   // Where pool block `block` got its KV: loaded from tier `tier` while it was chain block `hash`

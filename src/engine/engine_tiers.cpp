@@ -2,9 +2,38 @@
 // serving loop does the same without waiting: engine/scheduler_tiers.cpp).
 #include <sched.h>
 
+#include <algorithm>
+
 #include "engine/engine.h"
 
 namespace pagoda::engine {
+
+Result<double> Engine::calibrate_load_cost() {
+  if (load_cost_ == nullptr) return Status::invalid_argument("no KV tiers attached: nothing to calibrate");
+  const int64_t n = std::min({kCalibrationTokens, prefill_chunk(), max_context_});
+  const int64_t n_vocab = model_->config().n_vocab;
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % n_vocab);
+  int64_t ns = 0;
+  for (int run = 0; run < 2; ++run) {  // the first run faults the weights in and warms the caches
+    kvcache::SequenceOptions options = sequence_options(kv_namespace(""), 0);
+    options.cacheable = false;  // never in the prefix index, so never written to a tier
+    if (blocks_->num_available_blocks() * kv_layout().block_size < n) {
+      return Status::unavailable("the KV pool has no room for a calibration prefill of " + std::to_string(n) + " tokens");
+    }
+    SequenceGuard guard(*blocks_, blocks_->add_sequence(n, options));
+    const StepSeq chunk{guard.seq(), tokens, /*logits=*/false};
+    const int64_t start = clock_->now_ns();
+    PAGODA_RETURN_IF_ERROR(step(std::span<const StepSeq>(&chunk, 1), false, nullptr));
+    ns = clock_->now_ns() - start;
+  }
+  if (ns <= 0) return 0.0;
+  load_cost_->observe_prefill(n, ns);
+  const double tps = static_cast<double>(n) * 1e9 / static_cast<double>(ns);
+  logger_->info("kv load cost: prefill " + std::to_string(static_cast<int64_t>(tps)) + " tokens/s measured (" +
+                std::to_string(n) + " tokens)");
+  return tps;
+}
 
 int64_t Engine::load_from_tiers(kvcache::SeqId seq, std::span<const int32_t> prompt, const kvcache::KvNamespace& ns) {
   const int64_t bs = pool_->layout().block_size;

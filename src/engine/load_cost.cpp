@@ -2,6 +2,8 @@
 #include "engine/load_cost.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 
 namespace pagoda::engine {
 
@@ -10,15 +12,20 @@ namespace {
 constexpr double kWeight = 0.2;  // of a new measurement in the running estimates
 
 double prior_bandwidth(std::string_view medium) {
-  if (medium == "CPU") return 8e9;
-  if (medium == "DISK") return 1e9;
-  return 1e8;
+  if (medium == "CPU") return 10e9;
+  if (medium == "DISK") return 2e9;
+  return 1e9;
 }
 
 double prior_latency(std::string_view medium) {
-  if (medium == "CPU") return 50e-6;
-  if (medium == "DISK") return 1e-3;
-  return 5e-3;
+  if (medium == "CPU") return 20e-6;
+  return 1e-3;
+}
+
+std::string fmt(const char* format, double a, double b = 0) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, a, b);
+  return buf;
 }
 
 }  // namespace
@@ -72,9 +79,11 @@ int64_t LoadCostModel::decide(std::span<const kvcache::TierRun> runs, std::span<
     best = total;
   } else if (mode_ == Mode::kAuto) {
     const double per_token = 1.0 / prefill_tps_;
-    double best_cost = static_cast<double>(total * block_size) * per_token;  // load nothing
+    const double recompute_all = static_cast<double>(total * block_size) * per_token;
+    double best_cost = recompute_all;  // load nothing
     double load_cost = 0;
     int64_t loaded = 0;
+    std::string runs_text;
     for (const kvcache::TierRun& r : runs) {
       const std::string_view medium = static_cast<size_t>(r.tier) < tier_media.size() ? tier_media[static_cast<size_t>(r.tier)] : "";
       load_cost += static_cast<double>(r.count * bytes_per_block) / bandwidth(r.tier, medium) + latency_s(r.tier, medium);
@@ -84,6 +93,17 @@ int64_t LoadCostModel::decide(std::span<const kvcache::TierRun> runs, std::span<
         best_cost = cost;
         best = loaded;
       }
+      if (logger_ != nullptr && logger_->level() <= LogLevel::kDebug) {
+        const bool measured = static_cast<size_t>(r.tier) < tiers_.size() && tiers_[static_cast<size_t>(r.tier)].bandwidth > 0;
+        runs_text += " " + std::to_string(r.count) + " from tier " + std::to_string(r.tier) + " (" + std::string(medium) +
+                     fmt(" %.0f MB/s", bandwidth(r.tier, medium) / 1e6) + (measured ? " measured)" : " prior)");
+      }
+    }
+    if (logger_ != nullptr && logger_->level() <= LogLevel::kDebug) {
+      logger_->debug("kv load decision: " + std::to_string(total) + " blocks in tiers:" + runs_text + "; load all" +
+                     fmt(" %.3f s, recompute all %.3f s", load_cost, recompute_all) +
+                     fmt(" at %.0f tokens/s", prefill_tps_) + (prefill_measured_ ? " measured" : " prior") +
+                     "; loads " + std::to_string(best) + " blocks");
     }
   }
   if (best > 0) ++stats_.load;

@@ -7,11 +7,15 @@
 // the host part, recompute what only the disk holds, ...); the choice minimises load time of the
 // prefix + recompute time of the rest. Estimates are measured: each completed get feeds its
 // tier's bandwidth (bytes / get latency, an exponentially weighted mean), each prefill step the
-// prefill speed (tokens / forward-pass seconds). Until a tier has been measured it uses the
-// prior of its medium (host 8 GB/s, disk 1 GB/s, anything else 100 MB/s, plus 50 us / 1 ms /
-// 5 ms latency); until a prefill has been measured, 2,000 tokens/s. A measured get lasts until
-// the step loop polls it, so a measured bandwidth is never taken below 1/8 of the medium's
-// prior. Decisions are counted.
+// prefill speed (tokens / forward-pass seconds). The first decision already uses this machine's
+// figures: at start-up the engine times a short prefill (Engine::calibrate_load_cost) and each
+// tier's probe moves a block-sized payload (Tier::take_transfer_sample), both fed in as
+// measurements. Priors remain only for what could not be timed, and they lean toward loading
+// (a wrong load costs some bandwidth, a wrong recompute seconds of TTFT): host 10 GB/s, disk
+// 2 GB/s, anything else 1 GB/s, plus 20 us / 1 ms / 1 ms latency; prefill 500 tokens/s. A
+// measured get lasts until the step loop polls it, so a measured bandwidth is never taken below
+// 1/8 of the medium's prior. Decisions are counted, and logged at debug level (`-v`) with their
+// estimates.
 //
 // Not thread-safe: the scheduler's thread owns it.
 #pragma once
@@ -21,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/log.h"
 #include "kvcache/tier_stack.h"
 
 namespace pagoda::engine {
@@ -35,6 +40,9 @@ class LoadCostModel {
   // force: "auto" (the model decides), "load" (always load), "recompute" (never load).
   enum class Mode : uint8_t { kAuto, kAlwaysLoad, kNeverLoad };
   explicit LoadCostModel(Mode mode = Mode::kAuto) : mode_(mode) {}
+  Mode mode() const { return mode_; }
+  // Where decide() logs each decision at debug level (nullptr: nowhere). Not owned.
+  void set_logger(const Logger* logger) { logger_ = logger; }
 
   // Blocks to load of `runs` (consecutive from the first): a prefix ending at a run boundary.
   int64_t decide(std::span<const kvcache::TierRun> runs, std::span<const std::string_view> tier_media,
@@ -56,8 +64,9 @@ class LoadCostModel {
 
   Mode mode_;
   std::vector<TierEstimate> tiers_;
-  double prefill_tps_ = 2000;
+  double prefill_tps_ = 500;
   bool prefill_measured_ = false;
+  const Logger* logger_ = nullptr;
   LoadDecisionStats stats_;
 };
 

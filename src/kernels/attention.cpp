@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/attention_prefill.h"
 #include "kernels/attention_tiled.h"
 #include "kernels/kv_block.h"
 #include "kernels/kv_quant.h"
@@ -108,6 +109,15 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
   const int64_t group = n_head / n_kv_head;
   const int64_t max_ctx = scratch.max_context();
   const KvRowOps& ops = kv_row_ops(isa);
+  // Sequences of several rows (prefill chunks) on AVX2 and up: matrix work, each K/V row decoded
+  // once per tile of 8 lanes (kernels/attention_prefill.h). The per-row path below then takes
+  // the single rows (decodes).
+  bool tiled_prefill = false;
+  for (int64_t s = 0; s < n_seqs && isa >= Isa::kAvx2; ++s) tiled_prefill = tiled_prefill || seqs[s].n_tokens >= 2;
+  if (tiled_prefill) {
+    CHECK_LE(hd, scratch.head_dim());
+    detail::paged_attention_prefill_avx2(layer, q, positions, seqs, n_seqs, params, out, pool, scratch, ops);
+  }
 
   // Work items: (batch row, kv head); each serves the group's query heads, kMaxGroup at a time,
   // so every K/V row is decoded once per item.
@@ -130,6 +140,7 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
       CHECK(t >= seqs[s].token_begin && t < seqs[s].token_begin + seqs[s].n_tokens)
           << "batch row " << t << " belongs to no sequence";
       const SeqSpan& seq = seqs[s];
+      if (tiled_prefill && seq.n_tokens >= 2) continue;  // done above
       const int64_t seq_len = seq_length(seq, positions);
       const int64_t n_ctx = static_cast<int64_t>(positions[t]) + 1;
       CHECK_LE(n_ctx, max_ctx);

@@ -61,6 +61,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/buffer.h"
@@ -96,6 +97,7 @@ struct DiskTierInfo {
   int64_t record_bytes = 0, slot_bytes = 0;
   int64_t num_slots = 0, slots_per_file = 0, num_files = 0;
   // Start-up scan of the directory.
+  TransferSample probe_read;       // one slot read back at start-up, timed with the tier's clock
   int64_t records_found = 0;       // adopted into the index
   int64_t dropped_foreign = 0;     // another model, KV format, block size or shape
   int64_t dropped_unreadable = 0;  // a header that does not parse
@@ -139,6 +141,7 @@ class DiskTier final : public Tier {
   void set_eviction_callback(TierEvictionCallback callback) override { on_evict_ = std::move(callback); }
   void set_removed_callback(TierRemovedCallback callback) override { slots_.set_removed_callback(std::move(callback)); }
   FoundBlocks take_found_blocks() override;
+  TransferSample take_transfer_sample() override { return std::exchange(info_.probe_read, TransferSample{}); }
 
   const DiskTierInfo& info() const { return info_; }
   const DiskIoStats& io_stats() const { return io_stats_; }

@@ -90,6 +90,26 @@ Result<bool> probe_dir(IoBackend& io, const std::string& dir, bool want_direct, 
   return false;
 }
 
+// Writes `bytes` (one slot: a multiple of kIoAlign, `buf` holds them) into DIR/kv-slots.probe and
+// times reading them back with `clock`: this disk's speed for a block, before any get. Failures
+// give no sample (probe_dir has vetted the directory).
+TransferSample time_slot_read(IoBackend& io, const std::string& dir, bool direct, uint8_t* buf, int64_t bytes,
+                              const Clock& clock) {
+  const std::string path = dir + "/kv-slots.probe";
+  const int fd = io.open_file(path, direct);
+  if (fd < 0) return {};
+  TransferSample sample;
+  if (transfer_now(io, IoRequest{0, IoOpcode::kWrite, fd, 0, buf, bytes}) == bytes) {
+    const int64_t start = clock.now_ns();
+    if (transfer_now(io, IoRequest{0, IoOpcode::kRead, fd, 0, buf, bytes}) == bytes) {
+      sample = TransferSample{bytes, clock.now_ns() - start};
+    }
+  }
+  io.close_file(fd);
+  ::unlink(path.c_str());
+  return sample.ns > 0 ? sample : TransferSample{};
+}
+
 // Bytes a file already has on disk (0 when missing).
 int64_t allocated_bytes(const std::string& path) {
   struct stat st {};
@@ -170,6 +190,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& o, con
   Result<bool> direct = probe_dir(*io, o.dir, o.direct_io, write_buf->data(), why_buffered);
   if (!direct.is_ok()) return give_up(direct.status());
   info.direct_io = *direct;
+  info.probe_read = time_slot_read(*io, o.dir, info.direct_io, write_buf->data(), info.slot_bytes, clock);
   if (o.direct_io && !info.direct_io) logger.info("disk tier: " + o.dir + ": " + why_buffered + "; buffered I/O through the page cache");
 
   // Disk space for the files, taken now (fallocate) so that a full disk shows here.

@@ -108,6 +108,14 @@ struct FoundBlocks {
   std::vector<int32_t> tokens;  // [blocks x block_size]: block i's token ids at i x block_size
 };
 
+// A transfer a tier timed itself: a start-up probe that moved a block-sized payload (the disk
+// tier reads one slot back; the Redis tier SETs and GETs one record's bytes). It gives the
+// load-cost model this machine's figure before any get was measured (engine/load_cost.h).
+struct TransferSample {
+  int64_t bytes = 0;  // 0: none
+  int64_t ns = 0;
+};
+
 class Tier {
  public:
   virtual ~Tier() = default;
@@ -133,6 +141,8 @@ class Tier {
   // The blocks found at start-up that the tier still holds, once (later calls: none). A tier
   // forgets them at its first poll(): take them before the step loop starts. Default: none.
   virtual FoundBlocks take_found_blocks() { return {}; }
+  // The tier's own timed probe transfer, once (later calls, and tiers that time none: {}). Never blocks.
+  virtual TransferSample take_transfer_sample() { return {}; }
 };
 
 }  // namespace pagoda::kvcache

@@ -52,7 +52,10 @@ void TierStack::add_tier(std::unique_ptr<Tier> tier, bool write_through) {
   CHECK(tier != nullptr);
   CHECK_LT(tiers_.size(), static_cast<size_t>(kMaxTiers)) << "too many tiers";
   const int index = static_cast<int>(tiers_.size());
-  tiers_.push_back(Level{std::move(tier), write_through, {}, {}, {}, {}});
+  Level level;
+  level.tier = std::move(tier);
+  level.write_through = write_through;
+  tiers_.push_back(std::move(level));
   tiers_.back().completions.reserve(64);
   tiers_.back().tier->set_removed_callback([this, index](BlockHash hash) { announce_removed(index, hash); });
   // Victims of tier i go to tier i + 1 (set for the tier above once this one exists).

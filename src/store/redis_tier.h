@@ -44,6 +44,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/clock.h"
@@ -108,6 +109,8 @@ class RedisTier final : public kvcache::Tier {
   kvcache::TierOpId get(std::span<const kvcache::TierGet> blocks) override;
   void erase(std::span<const kvcache::BlockHash> hashes) override;
   void poll(std::vector<kvcache::TierCompletion>& out) override;
+  // The first successful probe's SET + GET of one record's bytes (the driving thread).
+  kvcache::TransferSample take_transfer_sample() override { return std::exchange(probe_sample_, kvcache::TransferSample{}); }
 
   kvcache::TierStats stats() const override;
   // Redis evicts by its own maxmemory policy, silently: the tier never calls it (bottom tier).
@@ -142,6 +145,7 @@ class RedisTier final : public kvcache::Tier {
     bool is_op = true;
     int probe_shard = -1;                    // probe jobs
     Status probe_status;
+    kvcache::TransferSample probe_transfer;  // its SET + GET of one record's bytes; .ns: the job's submit_ns
     std::vector<std::pair<int, std::string>> faults;  // shards the job found down
   };
   enum class Health : uint8_t { kUp, kDown, kProbing };
@@ -185,6 +189,8 @@ class RedisTier final : public kvcache::Tier {
   const Clock* clock_;
   std::string key_prefix_;                 // "pagoda@<fp>@<format>@"
   int64_t record_bytes_ = 0;               // every record of this pool
+  kvcache::TransferSample probe_sample_;   // the first probe's timing, until taken
+  bool probe_sampled_ = false;
   kvcache::TierEvictionCallback eviction_callback_;
   std::unique_ptr<Counters> counters_;
 

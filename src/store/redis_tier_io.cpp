@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -342,13 +343,17 @@ void RedisTier::run_erase(Job& job) {
 void RedisTier::run_probe(Job& job, Done& done) {
   done.is_op = false;
   done.probe_shard = job.probe_shard;
-  // Bytes that differ on every probe (and between instances): an old value cannot pass.
-  static_assert(sizeof(uint64_t) == 8);
-  uint64_t words[8];
+  // Bytes that differ on every probe (and between instances): an old value cannot pass. One
+  // record's size, so that the probe also times what a block costs to move (take_transfer_sample).
   const uint64_t seed = config_.instance_nonce ^ static_cast<uint64_t>(steady_ns());
-  for (int i = 0; i < 8; ++i) words[i] = kvcache::xxhash64(&seed, sizeof(seed), static_cast<uint64_t>(i));
-  const std::string_view value(reinterpret_cast<const char*>(words), sizeof(words));
+  std::string value(static_cast<size_t>(std::max<int64_t>(64, record_bytes_)), '\0');
+  for (size_t i = 0; i + 8 <= value.size(); i += 8) {
+    const uint64_t word = kvcache::xxhash64(&seed, sizeof(seed), i);
+    std::memcpy(value.data() + i, &word, 8);
+  }
   done.probe_status = shards_.probe(job.probe_shard, value, config_.instance_nonce);
+  // Timed on the driving thread (apply(): now - submit_ns), whose clock this is.
+  done.probe_transfer = {2 * static_cast<int64_t>(value.size()), job.submit_ns};
 }
 
 }  // namespace pagoda::store

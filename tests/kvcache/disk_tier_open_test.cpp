@@ -104,9 +104,32 @@ TEST_F(DiskTierOpenTest, FullDiskOrFailingDiskAtStartUpIsAnError) {
   EXPECT_NE(open_error(options(8), std::move(io)).message().find("disk is full"), std::string::npos);
   { auto tier = open(options(8)); }  // files now exist: the scan reads them
   io = std::make_unique<ManualIo>();
-  io->inject({IoOpcode::kRead, -EIO, 1});  // the first read is the probe's; then the scan
+  io->inject({IoOpcode::kRead, -EIO, 2});  // the first two reads are the probes' (a page, the timed slot); then the scan
   const Status st = open_error(options(8), std::move(io));
   EXPECT_NE(st.message().find("reading the slot headers"), std::string::npos) << st.message();
+}
+
+// A clock that moves 1 us each time it is read.
+class TickingClock final : public Clock {
+ public:
+  int64_t now_ns() const override { return now_ += 1000; }
+
+ private:
+  mutable int64_t now_ = 0;
+};
+
+// create() reads one slot back and times it (Tier::take_transfer_sample, once): the load-cost
+// model's first figure for this disk. A clock that does not move gives no sample.
+TEST_F(DiskTierOpenTest, StartUpProbeTimesOneSlotRead) {
+  TickingClock ticks;
+  auto tier = open_tier(options(8), ticks, log_.logger);
+  const TransferSample s = tier->take_transfer_sample();
+  EXPECT_EQ(s.bytes, slot_bytes_of(small_layout()));
+  EXPECT_GT(s.ns, 0);
+  EXPECT_EQ(tier->take_transfer_sample().bytes, 0) << "given once";
+  tier.reset();
+  ManualClock still;
+  EXPECT_EQ(open_tier(options(8), still, log_.logger)->take_transfer_sample().bytes, 0) << "a clock that does not move";
 }
 
 TEST_F(DiskTierOpenTest, BackendIsIoUringWhereTheKernelAllowsIt) {
