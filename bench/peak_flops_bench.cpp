@@ -1,5 +1,5 @@
-// Compute peak of this CPU, the roof for prefill and batched steps in BENCHMARKS.md: AVX-512
-// f32 FMA (vfmadd231ps), AVX-512 BF16 dot products (vdpbf16ps, 2 multiply-adds per f32 lane),
+// Compute peak of this CPU, the roof for prefill and batched steps in BENCHMARKS.md: AVX2 f32
+// FMA (256-bit vfmadd231ps, the roof of the AVX2 paths), AVX-512 f32 FMA (vfmadd231ps), AVX-512 BF16 dot products (vdpbf16ps, 2 multiply-adds per f32 lane),
 // AVX-512 VNNI int8 dot products (vpdpbusd, 4 u8 x s8 multiply-adds per int32 lane: the roof
 // of the int8 GEMM for quantized weights, counted as 2 ops per multiply-add like a FLOP)
 // and AMX-BF16 tiles (tdpbf16ps, 16 x 16 x 32 multiply-adds, 4 independent accumulators),
@@ -26,6 +26,23 @@ namespace {
 
 constexpr long kIters = 20'000'000;
 constexpr int kChains = 16;
+
+__attribute__((target("avx2,fma"))) float fma256_loop(long iters) {
+  __m256 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(0.001f * i);
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(0.0001f);
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  alignas(32) float lanes[8];
+  float s = 0;
+  for (int i = 0; i < kChains; ++i) {
+    _mm256_store_ps(lanes, acc[i]);
+    for (float x : lanes) s += x;
+  }
+  return s;
+}
 
 __attribute__((target("avx512f"))) float fma_loop(long iters) {
   __m512 acc[kChains];
@@ -130,13 +147,15 @@ int main(int argc, char** argv) {
       threads = std::max(1, std::atoi(argv[i]));
     }
   }
-  if (!__builtin_cpu_supports("avx512f")) {
-    std::fprintf(stderr, "peak_flops_bench: this CPU has no AVX-512\n");
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    std::fprintf(stderr, "peak_flops_bench: this CPU has no AVX2 + FMA\n");
     return 1;
   }
-  const double f32 = measure(threads, fma_loop, kChains * 16 * 2.0);
-  const double bf16 = __builtin_cpu_supports("avx512bf16") ? measure(threads, bf16_loop, kChains * 16 * 4.0) : 0.0;
-  const double int8 = __builtin_cpu_supports("avx512vnni") ? measure(threads, vnni_loop, kChains * 64 * 2.0) : 0.0;
+  const double f32_avx2 = measure(threads, fma256_loop, kChains * 8 * 2.0);
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const double f32 = avx512 ? measure(threads, fma_loop, kChains * 16 * 2.0) : 0.0;
+  const double bf16 = avx512 && __builtin_cpu_supports("avx512bf16") ? measure(threads, bf16_loop, kChains * 16 * 4.0) : 0.0;
+  const double int8 = avx512 && __builtin_cpu_supports("avx512vnni") ? measure(threads, vnni_loop, kChains * 64 * 2.0) : 0.0;
   // AMX: CPUID.7.0:EDX bits 22 (AMX-BF16), 24 (AMX-TILE), then the kernel's tile-data permission.
   unsigned a = 0, b = 0, c = 0, d = 0;
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
@@ -145,14 +164,14 @@ int main(int argc, char** argv) {
   const double amx_gflops = amx ? measure(threads, amx_loop, 4.0 * 16 * 16 * 32 * 2 / 16) : 0.0;
   if (json) {
     std::printf(
-        "{\"threads\":%d,\"f32_fma_gflops\":%.1f,\"bf16_dp_gflops\":%.1f,\"int8_vnni_gops\":%.1f,"
+        "{\"threads\":%d,\"f32_fma_avx2_gflops\":%.1f,\"f32_fma_gflops\":%.1f,\"bf16_dp_gflops\":%.1f,\"int8_vnni_gops\":%.1f,"
         "\"amx_bf16_gflops\":%.1f}\n",
-        threads, f32, bf16, int8, amx_gflops);
+        threads, f32_avx2, f32, bf16, int8, amx_gflops);
   } else {
     std::printf(
-        "%d threads: f32 FMA %.1f GFLOP/s, bf16 dot products %.1f GFLOP/s, int8 VNNI %.1f GOP/s, AMX bf16 %.1f "
+        "%d threads: f32 FMA AVX2 %.1f GFLOP/s, AVX-512 %.1f GFLOP/s, bf16 dot products %.1f GFLOP/s, int8 VNNI %.1f GOP/s, AMX bf16 %.1f "
         "GFLOP/s\n",
-        threads, f32, bf16, int8, amx_gflops);
+        threads, f32_avx2, f32, bf16, int8, amx_gflops);
   }
   return 0;
 }

@@ -14,8 +14,9 @@
 #                    --prompt-len 64 --output-len 64 against `pagoda serve` and `llama-server -np 16`
 #   tl_q8, tl_q4km   tinyllama-1.1b q8_0 / q4_k_m: pp256 and tg64
 #   curve            decode t/s (tg32) at depths 0, 256, 512, 1024, 1536, 2000 (llama-110m f16), first round only
-# Each round runs every row once, Pagoda then llama.cpp (one rep each, after each tool's own
-# warm-up); a row's number is the median over rounds. Both use `--threads T` (default 2),
+# Each round runs every row once, one rep each engine after its own warm-up, Pagoda first in odd
+# rounds and llama.cpp first in even ones; a row's ratio is the median of the per-round ratios
+# (with their min-max), its numbers the medians over rounds. Both use `--threads T` (default 2),
 # llama.cpp with -mmp 0 (no mmap) and its default F16 KV cache; Pagoda with --kv-dtype f16
 # (PAGODA_KV=... to change); PAGODA_BATCHED_BF16=1 runs Pagoda's batched16 / http16 rows
 # with --batched-bf16. Model files go to MODEL_DIR (default /work/models), made once with
@@ -128,37 +129,50 @@ serve_bench() {  # serve_bench OUTFILE CMD...: start a server on $PORT, wait for
   stop_server
 }
 
-run_row() {  # row round
-  local row="$1" r="$2" o="$OUT/$1.r$2"
+run_half() {  # row round side: one engine's run of a row
+  local row="$1" r="$2" side="$3" o="$OUT/$1.r$2"
+  local pg_side=0; [[ "$side" == pagoda ]] && pg_side=1
   case "$row" in
-    pp512)  pg -m "$M110" -p 512 -n 0 > "$o.pagoda.json"; lb -m "$M110" -p 512 -n 0 > "$o.llama.json" ;;
-    tg128)  pg -m "$M110" -p 0 -n 128 > "$o.pagoda.json"; lb -m "$M110" -p 0 -n 128 > "$o.llama.json" ;;
-    pp1900) pg -m "$M110" -p 1900 -n 0 > "$o.pagoda.json"; lb -m "$M110" -p 1900 -n 0 > "$o.llama.json" ;;
+    pp512)  if ((pg_side)); then pg -m "$M110" -p 512 -n 0 > "$o.pagoda.json"; else lb -m "$M110" -p 512 -n 0 > "$o.llama.json"; fi ;;
+    tg128)  if ((pg_side)); then pg -m "$M110" -p 0 -n 128 > "$o.pagoda.json"; else lb -m "$M110" -p 0 -n 128 > "$o.llama.json"; fi ;;
+    pp1900) if ((pg_side)); then pg -m "$M110" -p 1900 -n 0 > "$o.pagoda.json"; else lb -m "$M110" -p 1900 -n 0 > "$o.llama.json"; fi ;;
     tg128d1900)
-      pg -m "$M110" -p 0 -n 128 --depth 1900 > "$o.pagoda.json"
-      lb -m "$M110" -p 0 -n 128 -d 1900 > "$o.llama.json" ;;
-    batched16)
-      "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" 512 0 100 "$PAGODA_BATCHED_BF16" "$PAGODA_KV" "${ISA:-best}" > "$o.pagoda.txt"
-      "$PEER_BIN/llama-batched-bench" -m "$M110" -t "$THREADS" --no-mmap -c 4096 -b 2048 -ub 512 \
-        -npp 64 -ntg 64 -npl 16 --output-format jsonl 2>/dev/null > "$o.llama.jsonl" ;;
+      if ((pg_side)); then pg -m "$M110" -p 0 -n 128 --depth 1900 > "$o.pagoda.json"
+      else lb -m "$M110" -p 0 -n 128 -d 1900 > "$o.llama.json"; fi ;;
+    batched16)  # serving_bench has no warm-up of its own: a small untimed run first
+      if ((pg_side)); then
+        "$BUILD_DIR/bin/serving_bench" "$M110" 4 16 4 "$THREADS" 512 0 100 "$PAGODA_BATCHED_BF16" "$PAGODA_KV" "${ISA:-best}" > /dev/null
+        "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" 512 0 100 "$PAGODA_BATCHED_BF16" "$PAGODA_KV" "${ISA:-best}" > "$o.pagoda.txt"
+      else
+        "$PEER_BIN/llama-batched-bench" -m "$M110" -t "$THREADS" --no-mmap -c 4096 -b 2048 -ub 512 \
+          -npp 64 -ntg 64 -npl 16 --output-format jsonl 2>/dev/null > "$o.llama.jsonl"
+      fi ;;
     http16)  # a fresh port per server: the previous one's connections linger in TIME_WAIT
-      PORT=$(( BASE_PORT + 2 * r ))
-      serve_bench "$o.pagoda.json" "$PAGODA" serve -m "$M110" --port "$PORT" --threads "$THREADS" --kv-dtype "$PAGODA_KV" "${ISA_FLAG[@]}" --http-threads 256 \
-        "${BF16_FLAG[@]}"
-      PORT=$(( BASE_PORT + 2 * r + 1 ))
-      serve_bench "$o.llama.json" "$PEER_BIN/llama-server" -m "$M110" --host 127.0.0.1 --port "$PORT" -t "$THREADS" \
-        --no-mmap -np 16 -c 8192 ;;
+      if ((pg_side)); then
+        PORT=$(( BASE_PORT + 2 * r ))
+        serve_bench "$o.pagoda.json" "$PAGODA" serve -m "$M110" --port "$PORT" --threads "$THREADS" --kv-dtype "$PAGODA_KV" "${ISA_FLAG[@]}" --http-threads 256 \
+          "${BF16_FLAG[@]}"
+      else
+        PORT=$(( BASE_PORT + 2 * r + 1 ))
+        serve_bench "$o.llama.json" "$PEER_BIN/llama-server" -m "$M110" --host 127.0.0.1 --port "$PORT" -t "$THREADS" \
+          --no-mmap -np 16 -c 8192
+      fi ;;
     tl_q8|tl_q4km)
       local f="$TLQ8"; [[ "$row" == tl_q4km ]] && f="$TLQ4"
-      pg -m "$f" -p 256 -n 64 > "$o.pagoda.json"; lb -m "$f" -p 256 -n 64 > "$o.llama.json" ;;
+      if ((pg_side)); then pg -m "$f" -p 256 -n 64 > "$o.pagoda.json"; else lb -m "$f" -p 256 -n 64 > "$o.llama.json"; fi ;;
     curve)  # first round only: one run per depth and engine
       (( r == 1 )) || return 0
       for d in 0 256 512 1024 1536 2000; do
-        pg -m "$M110" -p 0 -n 32 --depth "$d" > "$o.d$d.pagoda.json"
-        lb -m "$M110" -p 0 -n 32 -d "$d" > "$o.d$d.llama.json"
+        if ((pg_side)); then pg -m "$M110" -p 0 -n 32 --depth "$d" > "$o.d$d.pagoda.json"
+        else lb -m "$M110" -p 0 -n 32 -d "$d" > "$o.d$d.llama.json"; fi
       done ;;
     *) die "unknown row $row" ;;
   esac
+}
+
+run_row() {  # row round: odd rounds Pagoda first, even rounds llama.cpp first
+  if (( $2 % 2 )); then run_half "$1" "$2" pagoda; run_half "$1" "$2" llama
+  else run_half "$1" "$2" llama; run_half "$1" "$2" pagoda; fi
 }
 
 IFS=',' read -r -a rows <<< "$ROWS"

@@ -17,6 +17,7 @@ GGUF file but token_embd (one row of it is read per token) unless it doubles as 
 import glob
 import json
 import os
+import re
 import statistics
 import struct
 import sys
@@ -121,14 +122,31 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
+PAIRS = {}  # (row, suffix) -> [(pagoda, llama)] of the rounds both sides finished
+
+
+def round_of(path):
+    m = re.search(r"\.r(\d+)[.]", os.path.basename(path))
+    return int(m.group(1)) if m else -1
+
+
 def collect(out, row, fn_pagoda, fn_llama, suffix=""):
-    p, l = [], []
+    p, l = {}, {}
     data = lambda f: f.endswith((".json", ".jsonl", ".txt"))
     for f in sorted(filter(data, glob.glob(os.path.join(out, f"{row}.r*{suffix}.pagoda.*")))):
-        p.append(fn_pagoda(f))
+        p[round_of(f)] = fn_pagoda(f)
     for f in sorted(filter(data, glob.glob(os.path.join(out, f"{row}.r*{suffix}.llama.*")))):
-        l.append(fn_llama(f))
-    return med(p), med(l), len(p)
+        l[round_of(f)] = fn_llama(f)
+    PAIRS[(row, suffix)] = [(p[r], l[r]) for r in sorted(p) if r in l and p[r] and l[r]]
+    return med(list(p.values())), med(list(l.values())), len(p)
+
+
+def paired(row, higher_better=True, suffix=""):
+    """The median of the per-round ratios Pagoda / llama.cpp (higher is better) and their min-max."""
+    rs = [(a / b if higher_better else b / a) for a, b in PAIRS.get((row, suffix), [])]
+    if not rs:
+        return None, ""
+    return statistics.median(rs), f"{min(rs):.2f}–{max(rs):.2f}, {len(rs)} rounds"
 
 
 def serving_seconds(path):
@@ -157,15 +175,19 @@ def main():
         except (ValueError, KeyError):
             bw = None
     peak = load(os.path.join(out, "peak.json")) if os.path.exists(os.path.join(out, "peak.json")) else {}
-    f32_peak = peak.get("f32_fma_gflops")
-    int8_peak = peak.get("int8_vnni_gops") or f32_peak
-    bf16_peak = peak.get("bf16_dp_gflops") or f32_peak
+    # The AVX2 kernels' roof is the 256-bit FMA peak (--isa avx2, or a CPU without AVX-512);
+    # there the int8 and bf16 paths do not run either.
+    avx2 = meta.get("isa") == "avx2" or not peak.get("f32_fma_gflops")
+    f32_peak = peak.get("f32_fma_avx2_gflops") if avx2 else peak.get("f32_fma_gflops")
+    int8_peak = (None if avx2 else peak.get("int8_vnni_gops")) or f32_peak
+    bf16_peak = (None if avx2 else peak.get("bf16_dp_gflops")) or f32_peak
     models = {}
     for key, name in (("m110", "llama-110m-f16"), ("q8", "tinyllama-1.1b-q8_0"), ("q4", "tinyllama-1.1b-q4_k_m")):
         path = os.path.join(os.environ.get("MODEL_DIR", "/work/models"), name + ".gguf")
         if os.path.exists(path):
             models[key] = model_facts(path)
-    print(f"Native llama.cpp {meta['llama_cpp_commit']} vs Pagoda {meta['pagoda_commit']}, {meta['threads']} threads, "
+    print(f"Native llama.cpp {meta['llama_cpp_commit']} vs Pagoda {meta['pagoda_commit']}, ISA {meta.get('isa', 'best')}, "
+          f"CPU {meta.get('cpu', '?')}, {meta['threads']} threads, "
           f"median of {meta['rounds']} interleaved rounds, Pagoda KV {meta['pagoda_kv']}, llama.cpp KV f16, "
           f"{'Pagoda --batched-bf16 in the 16-sequence rows, ' if meta.get('batched_bf16') else ''}"
           f"{meta['date']}; read bandwidth {bw if bw else '?'} GB/s, f32 FMA peak {f32_peak or '?'} GFLOP/s, bf16 peak {bf16_peak or '?'} GFLOP/s, int8 VNNI peak {int8_peak or '?'} GOP/s\n")
@@ -183,13 +205,15 @@ def main():
         return (2 * m["matmul_params"] / (matmul_peak * 1e9) +
                 4 * m["n_layer"] * m["n_head"] * m["hd"] * ctx / (f32_peak * 1e9))
 
-    def line(label, lv, pv, unit, roof=None, higher_better=True):
+    def line(label, lv, pv, unit, roof=None, higher_better=True, row=None):
         if lv is None or pv is None:
             return
-        ratio = pv / lv if higher_better else lv / pv
+        ratio, spread = paired(row, higher_better) if row else (None, "")
+        if ratio is None:
+            ratio = pv / lv if higher_better else lv / pv
         roof_s = f"{roof:.0f} {unit}" if roof else "—"
         pct = f"{100 * pv / roof:.0f}%" if roof and higher_better else (f"{100 * roof / pv:.0f}%" if roof else "—")
-        print(f"| {label} | {lv:.1f} {unit} | {pv:.1f} | **{ratio:.2f}×** | {roof_s} | {pct} |")
+        print(f"| {label} | {lv:.1f} {unit} | {pv:.1f} | **{ratio:.2f}×** ({spread}) | {roof_s} | {pct} |")
 
     m = models.get("m110")
     get_pp = lambda f: load(f)["prefill_tps"]
@@ -204,7 +228,7 @@ def main():
             roof = 1 / seconds_per_token(m, (n + 1) / 2, bf16_peak)
         if m and not is_pp and bw:
             roof = bw * 1e9 / (m["weight_bytes"] + kv_bytes(m, depth + n / 2))
-        line(label, l, p, "t/s", roof)
+        line(label, l, p, "t/s", roof, row=row)
     p, l, _ = collect(out, "batched16", serving_seconds, batched_seconds)
     if p and l:
         roof_s = None
@@ -217,8 +241,9 @@ def main():
             roof_s = 16 * 64 * seconds_per_token(m, 32, bf16_peak) + 64 * step_s
         pct = f"{100 * roof_s / p:.0f}%" if roof_s else "—"
         rs = f"{roof_s:.2f} s" if roof_s else "—"
+        ratio, spread = paired("batched16", higher_better=False)
         print(f"| llama-110m f16, 16 sequences × (64 prompt + 64 generated), in process | {l:.2f} s (`llama-batched-bench`) "
-              f"| {p:.2f} s (`serving_bench`) | **{l / p:.2f}×** | {rs} | {pct} |")
+              f"| {p:.2f} s (`serving_bench`) | **{ratio:.2f}×** ({spread}) | {rs} | {pct} |")
     # Every request asks for 64 tokens (ignore_eos), and llama-server fails some random-weight
     # replies only at their very end (its chat parser on a reply cut inside a UTF-8 character),
     # after generating all of them: failed requests count as full replies.
@@ -229,17 +254,21 @@ def main():
     p, l, _ = collect(out, "http16", tps, tps)
     pi, li, _ = collect(out, "http16", itl, itl)
     if p and l:
+        collect(out, "http16", tps, tps)  # (the ITL collect above replaced the pairs)
+        ratio, spread = paired("http16")
         print(f"| same file over HTTP, `bench-serve --concurrency 16 --num-requests 48 --prompt-len 64 --output-len 64` "
               f"| `llama-server -np 16`: {l:.1f} output tok/s, ITL p99 {li:.0f} ms | {p:.1f} tok/s, ITL p99 {pi:.0f} ms "
-              f"| **{p / l:.2f}×**, ITL p99 {pi / li:.2f}× of llama.cpp's | — | — |")
+              f"| **{ratio:.2f}×** ({spread}), ITL p99 {pi / li:.2f}× of llama.cpp's | — | — |")
     for key, row, label in (("q8", "tl_q8", "tinyllama-1.1b q8_0"), ("q4", "tl_q4km", "tinyllama-1.1b q4_k_m")):
         pp = collect(out, row, get_pp, lambda f: [r for r in load(f) if r["n_prompt"] > 0][0]["avg_ts"])
         tg = collect(out, row, get_tg, lambda f: [r for r in load(f) if r["n_gen"] > 0][0]["avg_ts"])
         mm = models.get(key)
         roof_pp = int8_peak * 1e9 / flops_per_token(mm, 128) if mm and int8_peak else None
         roof_tg = bw * 1e9 / (mm["weight_bytes"] + kv_bytes(mm, 32)) if mm and bw else None
-        line(f"{label} pp256", pp[1], pp[0], "t/s", roof_pp)
-        line(f"{label} tg64", tg[1], tg[0], "t/s", roof_tg)
+        collect(out, row, get_pp, lambda f: [r for r in load(f) if r["n_prompt"] > 0][0]["avg_ts"])
+        line(f"{label} pp256", pp[1], pp[0], "t/s", roof_pp, row=row)
+        collect(out, row, get_tg, lambda f: [r for r in load(f) if r["n_gen"] > 0][0]["avg_ts"])
+        line(f"{label} tg64", tg[1], tg[0], "t/s", roof_tg, row=row)
 
     depths = [0, 256, 512, 1024, 1536, 2000]
     curve = []

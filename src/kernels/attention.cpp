@@ -79,7 +79,9 @@ AttentionScratch::AttentionScratch(int num_threads, int64_t max_context, int64_t
     : max_context_(max_context),
       head_dim_(head_dim),
       buffers_(num_threads, std::vector<float>(kMaxGroup * (max_context + head_dim) + 3 * head_dim)),
-      tiles_(num_threads, std::vector<float>(tile_floats(head_dim) + 16)) {
+      tiles_(num_threads, std::vector<float>(tile_floats(head_dim) + 16)),
+      prefill_floats_(static_cast<size_t>(num_threads)),
+      prefill_ints_(static_cast<size_t>(num_threads)) {
   tile_items_.reserve(4096);
 }
 

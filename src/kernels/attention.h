@@ -93,6 +93,11 @@ class AttentionScratch {
   static int64_t tile_floats(int64_t head_dim);
   std::vector<int64_t>& tile_items() { return tile_items_; }
   std::vector<float>& split_parts() { return split_parts_; }
+  // The AVX2 prefill kernel's per-thread storage (kernels/attention_prefill.h): a decoded K/V
+  // block and the running state of every tile of one (sequence, kv head); grows to the largest
+  // prefill chunk seen, then stays.
+  std::vector<float>& prefill_floats(int thread) { return prefill_floats_[static_cast<size_t>(thread)]; }
+  std::vector<int32_t>& prefill_ints(int thread) { return prefill_ints_[static_cast<size_t>(thread)]; }
   int64_t max_context() const { return max_context_; }
   int64_t head_dim() const { return head_dim_; }
 
@@ -103,6 +108,8 @@ class AttentionScratch {
   std::vector<std::vector<float>> tiles_;    // [num_threads][tile_floats(head_dim) + 16]
   std::vector<int64_t> tile_items_;
   std::vector<float> split_parts_;
+  std::vector<std::vector<float>> prefill_floats_;  // [num_threads]
+  std::vector<std::vector<int32_t>> prefill_ints_;  // [num_threads]
 };
 
 // Causal attention of each batch row over its sequence's cached positions [0, positions[t]],

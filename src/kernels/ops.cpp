@@ -51,6 +51,7 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
 
 void silu_mul(float* gate, const float* up, int64_t n, Isa isa) {
   if (isa >= Isa::kAvx512) return detail::silu_mul_avx512(gate, up, n);
+  if (isa == Isa::kAvx2) return detail::silu_mul_avx2(gate, up, n);
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];

@@ -37,12 +37,13 @@ double rope_inv_freq(const RopeParams& params, int64_t i);
 // Angle for pair i at position p: p * rope_inv_freq(params, i).
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, const RopeParams& params);
 
-// gate[i] = silu(gate[i]) * up[i] over n values (in place in gate). Isa::kAvx512: exp as
-// detail::exp512 (within 2 ulp of expf), the rest in the same order; other ISAs the scalar
+// gate[i] = silu(gate[i]) * up[i] over n values (in place in gate). Isa::kAvx2 and up: exp as
+// detail::exp256 / exp512 (within 2 ulp of expf), the rest in the same order; scalar: the
 // reference.
 void silu_mul(float* gate, const float* up, int64_t n, Isa isa = detect_isa());
 namespace detail {
 void silu_mul_avx512(float* gate, const float* up, int64_t n);
+void silu_mul_avx2(float* gate, const float* up, int64_t n);
 }
 
 // x[i] += y[i]

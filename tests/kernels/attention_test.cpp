@@ -62,9 +62,10 @@ struct Scenario {
   AttentionParams params() const { return {n_head, 1.0f / std::sqrt(static_cast<float>(head_dim))}; }
 };
 
-Scenario make_scenario(Rng& rng, int64_t block_size, int64_t n_head, int64_t n_kv_head, int64_t head_dim) {
+Scenario make_scenario(Rng& rng, int64_t block_size, int64_t n_head, int64_t n_kv_head, int64_t head_dim,
+                       std::vector<Seq> seqs = {{37, 1, {}}, {0, 19, {}}, {33, 5, {}}}) {
   Scenario sc(block_size, n_head, n_kv_head, head_dim);
-  sc.seqs = {{37, 1, {}}, {0, 19, {}}, {33, 5, {}}};
+  sc.seqs = std::move(seqs);
   int64_t total_blocks = 0;
   for (auto& s : sc.seqs) total_blocks += (s.cached + s.n_new + block_size - 1) / block_size;
   std::vector<int32_t> ids(total_blocks + 3);
@@ -150,9 +151,9 @@ std::vector<Isa> isas_here() {
   return out;
 }
 
-std::vector<float> run_fast(const Scenario& sc, const KvLayerView& layer, Isa isa, int threads) {
+std::vector<float> run_fast(const Scenario& sc, const KvLayerView& layer, Isa isa, int threads, int64_t max_context = 128) {
   ThreadPool pool(threads);
-  AttentionScratch scratch(threads, 128, sc.head_dim);
+  AttentionScratch scratch(threads, max_context, sc.head_dim);
   std::vector<float> got(sc.rows() * sc.n_head * sc.head_dim, -1.0f);
   paged_attention(layer, sc.q.data(), sc.positions.data(), sc.spans.data(), static_cast<int64_t>(sc.spans.size()),
                   sc.params(), got.data(), pool, scratch, isa);
@@ -187,6 +188,32 @@ TEST(PagedAttention, UnquantizedEqualsContiguousAttention) {
               const std::vector<float> got = run_fast(sc, buf.view(), isa, threads);
               for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << isa_name(isa) << " " << i;
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Prefill chunks whose contexts span several of the AVX2 prefill kernel's key blocks (128
+// positions) and tiles (8 lanes), beside a decode row: a continued prefill at 290..319, a first
+// chunk of 200 rows, one row at 400; GQA and MHA; blocks of 16 and of 5 (key blocks then start
+// inside a block). Every ISA against exact attention over the values as stored.
+TEST(PagedAttention, LongPrefillChunksEqualContiguousAttention) {
+  Rng rng(13);
+  for (KvDType dtype : {KvDType::kF32, KvDType::kF16}) {
+    for (int64_t block_size : {5, 16}) {
+      for (auto [n_head, n_kv_head, head_dim] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 64}, {4, 4, 32}, {6, 1, 16}}) {
+        SCOPED_TRACE(std::string(kv_dtype_name(dtype)) + " block " + std::to_string(block_size) + " heads " +
+                     std::to_string(n_head) + "/" + std::to_string(n_kv_head) + " hd " + std::to_string(head_dim));
+        Scenario sc = make_scenario(rng, block_size, n_head, n_kv_head, head_dim, {{290, 30, {}}, {400, 1, {}}, {0, 200, {}}});
+        KvLayerBuffer buf(dtype, KvLayoutKind::kND, sc.num_blocks, block_size, n_kv_head, head_dim);
+        store_all(sc, buf.view());
+        const std::vector<double> want = contiguous_attention(sc, as_stored(dtype, sc.k), as_stored(dtype, sc.v));
+        for (Isa isa : isas_here()) {
+          for (int threads : {1, 3}) {
+            const std::vector<float> got = run_fast(sc, buf.view(), isa, threads, 512);
+            for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << isa_name(isa) << " " << i;
           }
         }
       }
@@ -384,12 +411,15 @@ TEST(Ops, RopeStylesRotatePairsAndKeepNorms) {
   }
 }
 
-// silu_mul's AVX-512 path (a polynomial exp within 2 ulp of expf) against the scalar
+// silu_mul's AVX2 and AVX-512 paths (a polynomial exp within 2 ulp of expf) against the scalar
 // reference, over finite gates from -100 to 100 and ragged lengths.
 TEST(Ops, SiluMulOfEveryIsaMatchesTheScalarOne) {
-  if (detect_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 here: silu_mul is the scalar reference";
+  if (detect_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2 here: silu_mul is the scalar reference";
   Rng rng(21);
-  for (int64_t n : {1, 15, 16, 17, 100, 1024}) {
+  for (Isa isa : supported_isas())
+  for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 100, 1024}) {
+    if (isa == Isa::kScalar) continue;
+    SCOPED_TRACE(isa_name(isa));
     std::vector<float> g(n), u(n);
     for (int64_t i = 0; i < n; ++i) {
       g[i] = i % 7 == 0 ? rng.uniform(-100.0f, 100.0f) : 4.0f * rng.normal();
@@ -397,7 +427,7 @@ TEST(Ops, SiluMulOfEveryIsaMatchesTheScalarOne) {
     }
     std::vector<float> want = g, got = g;
     silu_mul(want.data(), u.data(), n, Isa::kScalar);
-    silu_mul(got.data(), u.data(), n, Isa::kAvx512);
+    silu_mul(got.data(), u.data(), n, isa);
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_NEAR(got[i], want[i], 4e-7f * std::fabs(g[i] * u[i]) + 1e-30f) << "n " << n << " g " << g[i];
     }
