@@ -81,7 +81,7 @@ def redis_rounds(args, fresh):
 def disk_rounds(args, fresh):
     print("| round | records found at restart | cached / full-block tokens |")
     print("|---|---|---|")
-    extra = ["--kv-offload", "write-through", "--kv-disk-dir", args.disk_dir]
+    extra = ["--kv-offload", "write-through", "--kv-disk-dir", args.disk_dir, "--kv-disk-mem", "2G"]
     shares = []
     for r in range(args.rounds):
         shutil.rmtree(args.disk_dir, ignore_errors=True)
