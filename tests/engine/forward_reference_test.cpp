@@ -53,7 +53,16 @@ Result<std::vector<float>> engine_logits(model::GgufFile file, int64_t batch, in
   return eng.value()->score(tokens);
 }
 
+// Which ISAs the tests below run the engine on: every one this CPU has (kernels::supported_isas).
+std::string isas_here() {
+  std::string s;
+  for (kernels::Isa isa : kernels::supported_isas()) s += (s.empty() ? "" : ", ") + std::string(kernels::isa_name(isa));
+  return s;
+}
+
 TEST(ForwardReference, EngineMatchesFloat64ForwardOnManyShapesAndTypes) {
+  RecordProperty("isas", isas_here());
+  std::printf("[ isas     ] %s\n", isas_here().c_str());
   const std::vector<Case> cases = {
       {"MHA hd8 odd sizes f32", {"t", 72, 2, 9, 9, 100, 300, 64}, DType::kF32},
       {"GQA hd8 f16", {"t", 64, 2, 8, 2, 96, 300, 64}, DType::kF16},

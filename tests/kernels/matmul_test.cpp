@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
@@ -129,9 +132,22 @@ bool runs(const Paths& paths, const Matmul& m, const WeightView& w, int64_t n_to
   return paths.empty() || std::find(paths.begin(), paths.end(), m.path(w, n_tokens)) != paths.end();
 }
 
+const char* path_name(Matmul::Path path) {
+  switch (path) {
+    case Matmul::Path::kDecode: return "decode";
+    case Matmul::Path::kSgemm: return "sgemm";
+    case Matmul::Path::kAmx: return "amx";
+    case Matmul::Path::kInt8: return "int8";
+    case Matmul::Path::kBf16: return "bf16";
+    case Matmul::Path::kF32: return "f32-gemm";
+  }
+  return "?";
+}
+
 double run_cases(DType dtype, const std::vector<Case>& cases, const Paths& paths = {},
                  int64_t max_tokens = kMaxTokens, bool batched_bf16 = false) {
   double worst = 0.0;
+  std::set<std::string> exercised;  // "isa path" pairs that ran (the test says which paths it covered)
   for (Isa isa : supported_isas())
     for (int threads : {1, 2, 3}) {
       if (threads > 1 && isa != detect_isa()) continue;
@@ -140,6 +156,7 @@ double run_cases(DType dtype, const std::vector<Case>& cases, const Paths& paths
       matmul.set_batched_bf16(batched_bf16);
       for (const Case& c : cases) {
         if (!runs(paths, matmul, c.w.view, c.n_tokens)) continue;
+        exercised.insert(std::string(isa_name(isa)) + " " + path_name(matmul.path(c.w.view, c.n_tokens)));
         std::vector<float> y(c.want.size(), std::nanf(""));
         matmul.run(c.w.view, c.x.data(), c.n_tokens, y.data());
         std::ostringstream what;
@@ -149,6 +166,10 @@ double run_cases(DType dtype, const std::vector<Case>& cases, const Paths& paths
         if (::testing::Test::HasFailure()) return worst;
       }
     }
+  std::string list;
+  for (const std::string& e : exercised) list += (list.empty() ? "" : ", ") + e;
+  ::testing::Test::RecordProperty("paths_run", list);
+  std::printf("[ paths    ] %s: %s\n", std::string(dtype_name(dtype)).c_str(), list.empty() ? "none on this CPU" : list.c_str());
   return worst;
 }
 
