@@ -21,7 +21,10 @@
 // The kernel never makes a full-precision copy of the cache: for each (query row, kv head) it
 // walks the sequence's blocks, decodes one K (then V) row at a time into a per-thread head_dim
 // scratch row (f32 ND rows are read in place), and uses it for up to 8 query heads of the group
-// at once (KvRowOps::dot_group / axpy_group: the row is loaded once per vector).
+// at once (KvRowOps::dot_group / axpy_group: the row is loaded once per vector). Faster paths
+// take what they can: the tiled AVX-512 kernel (kernels/attention_tiled.h), and on AVX2 the
+// rows of prefill chunks (kernels/attention_prefill.h, which decodes 128 positions at a time,
+// shared by every query row of the chunk).
 #pragma once
 
 #include <cstdint>

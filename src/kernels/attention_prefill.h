@@ -1,5 +1,6 @@
 // Internal to the kernels: prefill attention as matrix work on AVX2 + FMA (paged_attention on
-// Isa::kAvx2 for batch rows that share their sequence with others: prefill chunks).
+// Isa::kAvx2, and on AVX-512 where the tiled kernel does not take the layer, for batch rows that
+// share their sequence with others: prefill chunks).
 //
 // The per-row path of attention.cpp decodes every K and V row once per query row, so a prefill
 // chunk of T rows decodes each cached row T times and spends most of its time converting. Here a
