@@ -40,7 +40,6 @@ class LoadCostModel {
   // force: "auto" (the model decides), "load" (always load), "recompute" (never load).
   enum class Mode : uint8_t { kAuto, kAlwaysLoad, kNeverLoad };
   explicit LoadCostModel(Mode mode = Mode::kAuto) : mode_(mode) {}
-  Mode mode() const { return mode_; }
   // Where decide() logs each decision at debug level (nullptr: nowhere). Not owned.
   void set_logger(const Logger* logger) { logger_ = logger; }
 

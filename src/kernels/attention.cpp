@@ -112,12 +112,11 @@ void paged_attention(const KvLayerView& layer, const float* q, const int32_t* po
   const int64_t max_ctx = scratch.max_context();
   const KvRowOps& ops = kv_row_ops(isa);
   // Sequences of several rows (prefill chunks) on AVX2 and up: matrix work, each K/V row decoded
-  // once per tile of 8 lanes (kernels/attention_prefill.h). The per-row path below then takes
-  // the single rows (decodes).
+  // once for all the chunk's rows of a kv head (kernels/attention_prefill.h). The per-row path
+  // below then takes the single rows (decodes).
   bool tiled_prefill = false;
   for (int64_t s = 0; s < n_seqs && isa >= Isa::kAvx2; ++s) tiled_prefill = tiled_prefill || seqs[s].n_tokens >= 2;
   if (tiled_prefill) {
-    CHECK_LE(hd, scratch.head_dim());
     detail::paged_attention_prefill_avx2(layer, q, positions, seqs, n_seqs, params, out, pool, scratch, ops);
   }
 

@@ -130,11 +130,9 @@ TierOpId DiskTier::put(std::span<const TierPut> blocks) {
   ++stats_.puts;
   const int64_t n = static_cast<int64_t>(blocks.size());
   if (!enabled_) return refuse(TierOpKind::kPut, n);
-  // Completed writes first (never waits): their staging units and slots are free again for
-  // this put, which on a slow host may come long after the last poll.
-  results_.clear();
-  io_->reap(results_);
-  for (const IoResult& result : results_) handle_result(result);
+  // Completed writes first: their staging units and slots are free again for this put, which on
+  // a slow host may come long after the last poll.
+  reap_results();
   Op* op = nullptr;
   const TierOpId id = new_op(TierOpKind::kPut, n, op);
   stage_puts(id, *op, blocks);
@@ -378,9 +376,7 @@ FoundBlocks DiskTier::take_found_blocks() {
 
 void DiskTier::poll(std::vector<TierCompletion>& out) {
   if (!found_.blocks.empty()) found_ = FoundBlocks{};  // not taken before the step loop: not wanted
-  results_.clear();
-  io_->reap(results_);
-  for (const IoResult& result : results_) handle_result(result);
+  reap_results();
   if (enabled_) {
     assign_slots();
     start_reads();
@@ -389,6 +385,12 @@ void DiskTier::poll(std::vector<TierCompletion>& out) {
   flush_finished();
   out.insert(out.end(), done_.begin(), done_.end());
   done_.clear();
+}
+
+void DiskTier::reap_results() {
+  results_.clear();
+  io_->reap(results_);
+  for (const IoResult& result : results_) handle_result(result);
 }
 
 TierStats DiskTier::stats() const {

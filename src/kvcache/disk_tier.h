@@ -233,6 +233,7 @@ class DiskTier final : public Tier {
   void invalidate(int64_t slot);
   void submit_requests();
   void handle_result(const IoResult& result);
+  void reap_results();  // handles every completed I/O now (never waits)
   void complete_body(const Request& r);
   void complete_commit(const Request& r);
   void complete_read(const Request& r);

@@ -288,9 +288,9 @@ void RedisTier::apply(Done& done) {
     if (done.probe_status.is_ok()) {
       if (h.backoff_ns != 0) counters_->recoveries += 1;
       h = ShardHealth{};
-      const int64_t ns = now - done.probe_transfer.ns;  // .ns carries the job's submit time
-      if (!probe_sampled_ && done.probe_transfer.bytes > 0 && ns > 0) {
-        probe_sample_ = {done.probe_transfer.bytes, ns};
+      const int64_t ns = now - done.probe_submit_ns;
+      if (!probe_sampled_ && done.probe_bytes > 0 && ns > 0) {
+        probe_sample_ = {done.probe_bytes, ns};
         probe_sampled_ = true;
       }
     } else {

@@ -145,7 +145,8 @@ class RedisTier final : public kvcache::Tier {
     bool is_op = true;
     int probe_shard = -1;                    // probe jobs
     Status probe_status;
-    kvcache::TransferSample probe_transfer;  // its SET + GET of one record's bytes; .ns: the job's submit_ns
+    int64_t probe_bytes = 0;                 // bytes its SET + GET moved (one record's, twice)
+    int64_t probe_submit_ns = 0;             // when the probe was submitted (the driving thread's clock)
     std::vector<std::pair<int, std::string>> faults;  // shards the job found down
   };
   enum class Health : uint8_t { kUp, kDown, kProbing };

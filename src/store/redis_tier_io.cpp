@@ -353,7 +353,8 @@ void RedisTier::run_probe(Job& job, Done& done) {
   }
   done.probe_status = shards_.probe(job.probe_shard, value, config_.instance_nonce);
   // Timed on the driving thread (apply(): now - submit_ns), whose clock this is.
-  done.probe_transfer = {2 * static_cast<int64_t>(value.size()), job.submit_ns};
+  done.probe_bytes = 2 * static_cast<int64_t>(value.size());
+  done.probe_submit_ns = job.submit_ns;
 }
 
 }  // namespace pagoda::store
