@@ -117,20 +117,29 @@ void BM_Decode(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate);
 }
 
-// Args: dtype index, n_tokens.
+// Args: dtype index, n_tokens, isa (-1: detect_isa()), int8 GEMM on (1) or off (0: the A/B of
+// the int8 GEMM against dequantize + sgemm or the decode kernels).
 void BM_Prefill(benchmark::State& state) {
   const DType dtype = kDTypes[state.range(0)];
   const int64_t n_tokens = state.range(1);
+  const Isa isa = state.range(2) < 0 ? detect_isa() : static_cast<Isa>(state.range(2));
+  if (isa > detect_isa()) {
+    state.SkipWithError("this CPU lacks the ISA");
+    return;
+  }
   WeightSet weights = make_weights(dtype, 1);
   auto x = make_x(n_tokens);
   std::vector<float> y(static_cast<size_t>(n_tokens * kNOut));
   ThreadPool pool(kThreads);
-  Matmul matmul(pool, n_tokens, kNIn, kNOut);
+  Matmul matmul(pool, n_tokens, kNIn, kNOut, isa);
+  matmul.set_int8_gemm(state.range(3) != 0);
   for (auto _ : state) {
     matmul.run(weights.views[0], x.data(), n_tokens, y.data());
     benchmark::ClobberMemory();
   }
-  state.SetLabel(std::string(dtype_name(dtype)) + " " + isa_name(matmul.isa()));
+  const char* paths[] = {"decode", "sgemm", "amx", "int8", "bf16", "f32-gemm"};
+  state.SetLabel(std::string(dtype_name(dtype)) + " " + isa_name(matmul.isa()) + " " +
+                 paths[static_cast<int>(matmul.path(weights.views[0], n_tokens))]);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n_tokens * kNIn * kNOut * state.iterations() / 1e9,
                                                  benchmark::Counter::kIsRate);
 }
@@ -185,13 +194,18 @@ void decode_args(benchmark::internal::Benchmark* b) {
 }
 
 void prefill_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"dtype", "tokens"});
-  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 512});
-  b->Args({4, 64});
+  b->ArgNames({"dtype", "tokens", "isa", "int8"});
+  for (int d = 0; d < kNumDTypes; ++d) b->Args({d, 512, -1, 1});
+  b->Args({4, 64, -1, 1});
+  // Quantized weights on AVX2: the int8 GEMM against dequantize + sgemm (512 tokens) and
+  // against the decode kernels (batched steps of 16 / 32 / 48 tokens).
+  for (int d = 3; d < kNumDTypes; ++d)
+    for (int t : {16, 32, 48, 512})
+      for (int int8 : {1, 0}) b->Args({d, t, static_cast<int>(Isa::kAvx2), int8});
   // Continuous-batching decode steps: up to Matmul::kDecodeMaxTokens rows stay on the decode
   // kernels (non-F32 weights); one past it takes the sgemm path.
   for (int d : {1, 3, 5})
-    for (int t : {1, 7, 16, 32, 48, 49}) b->Args({d, t});
+    for (int t : {1, 7, 16, 32, 48, 49}) b->Args({d, t, -1, 1});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 

@@ -314,7 +314,7 @@ Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max
       c_scratch_.resize(static_cast<size_t>(pool.num_threads()));
       for (auto& c : c_scratch_) c.resize(32 * 32 + 16);
     }
-    if (isa >= Isa::kAvx512 && !amx_ && max_in % kQK == 0) {  // resize runs AVX-512 code: only here
+    if (isa >= Isa::kAvx2 && !amx_ && max_in % kQK == 0) {  // resize runs AVX2 code: only here
       int8_ = std::make_unique<detail::Int8Scratch>();
       int8_->x.resize(max_tokens, max_in);
       int8_->w.resize(static_cast<size_t>(pool.num_threads()));
@@ -345,7 +345,7 @@ bool Matmul::uses_bf16(const WeightView& w) const {
 bool Matmul::uses_f32(const WeightView& w) const { return f32_gemm_ && f32_ != nullptr && detail::f32_gemm_weights(w); }
 
 bool Matmul::uses_int8(const WeightView& w) const {
-  return int8_ != nullptr && detail::int8_gemm_dtype(w.dtype) && !uses_amx(w);
+  return int8_gemm_ && int8_ != nullptr && detail::int8_gemm_dtype(w.dtype) && !uses_amx(w);
 }
 
 void Matmul::run(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
@@ -377,7 +377,7 @@ void Matmul::run(const WeightView& w, const float* x, int64_t n_tokens, float* y
 
 Matmul::Path Matmul::path(const WeightView& w, int64_t n_tokens) const {
   if (uses_decode_kernels(w.dtype, n_tokens)) {
-    if (n_tokens >= kInt8MinTokens && uses_int8(w)) return Path::kInt8;
+    if (n_tokens >= int8_min_tokens(w.dtype) && uses_int8(w)) return Path::kInt8;
     if (batched_bf16_ && n_tokens >= kBf16MinTokens && uses_bf16(w)) return Path::kBf16;
     if (n_tokens >= kF32MinTokens && uses_f32(w)) return Path::kF32;
     return Path::kDecode;
@@ -503,24 +503,29 @@ void Matmul::run_prefill_amx(const WeightView& w, const float* x, int64_t n_toke
 }
 
 void Matmul::run_prefill_int8(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  // AVX-512 VNNI, or AVX2 (whose Q8_0 kernel takes the quants signed: kernels/matmul_int8.h).
+  const bool avx512 = isa_ >= Isa::kAvx512;
+  const detail::Int8XForm form{detail::matmul_kernels(isa_).quantize_x,
+                               avx512 ? detail::int8_quantize_q8k : quantize_row_q8_k,
+                               !avx512 && w.dtype == DType::kQ8_0};
+  const auto gemm_rows = avx512 ? detail::int8_gemm_rows_avx512 : detail::int8_gemm_rows_avx2;
   PrefillJob job{this, &w, x, n_tokens, y};
   pool_.parallel_for(
       n_tokens,
-      [&job](int64_t begin, int64_t end, int thread) {
+      [&job, &form](int64_t begin, int64_t end, int thread) {
         detail::Int8Scratch& s = *job.self->int8_;
-        detail::int8_prepare_x(job.w->dtype, job.x, begin, end, job.w->n_in,
-                               detail::matmul_kernels(job.self->isa_).quantize_x, s.x,
+        detail::int8_prepare_x(job.w->dtype, job.x, begin, end, job.w->n_in, form, s.x,
                                s.w[static_cast<size_t>(thread)]);
       },
       ThreadPool::grain_for(w.n_in, ThreadPool::kMinWorkPerThread));
-  detail::int8_pad_x(w.dtype, n_tokens, w.n_in, int8_->x);
+  detail::int8_pad_x(w.dtype, n_tokens, w.n_in, form, int8_->x);
   pool_.parallel_for(
       w.n_out,
-      [&job](int64_t begin, int64_t end, int thread) {
+      [&job, gemm_rows](int64_t begin, int64_t end, int thread) {
         detail::Int8Scratch& s = *job.self->int8_;
         for (int64_t o0 = begin; o0 < end; o0 += detail::kInt8RowChunk) {
-          detail::int8_gemm_rows(*job.w, o0, std::min(end, o0 + detail::kInt8RowChunk), s.x, job.n_tokens,
-                                 s.w[static_cast<size_t>(thread)], job.y, job.w->n_out);
+          gemm_rows(*job.w, o0, std::min(end, o0 + detail::kInt8RowChunk), s.x, job.n_tokens,
+                    s.w[static_cast<size_t>(thread)], job.y, job.w->n_out);
         }
       },
       detail::kInt8RowChunk);

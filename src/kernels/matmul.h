@@ -17,8 +17,8 @@
 //     more memory traffic than 1). For Q8_0/Q4_0 weights x is first quantized to Q8_0 and
 //     dotted in integers (as ggml does); for k-quant weights (Q4_K/Q5_K/Q6_K) x is quantized
 //     to Q8_K (256-value blocks) and dotted per super-block. Memory-bandwidth bound on one token.
-//     From kInt8MinTokens tokens on, quantized weights go to the int8 GEMM below instead
-//     where it runs (uses_int8): the same arithmetic, 16 tokens to a register. F16/BF16
+//     From int8_min_tokens tokens on, quantized weights go to the int8 GEMM below instead
+//     where it runs (uses_int8): the same arithmetic, 16 (AVX-512) or 8 (AVX2) tokens to a register. F16/BF16
 //     weights from kF32MinTokens tokens on run the f32 GEMM (kernels/matmul_f32.h) on
 //     Isa::kAvx2 and up: the decode arithmetic, 16 tokens to a register, each token's result
 //     independent of the others in the call. With set_batched_bf16(true) calls of
@@ -31,9 +31,10 @@
 //     tiles instead: the dequantized chunk and x split into bf16 hi + lo parts
 //     (kernels/matmul_amx.h: within about 2^-16 of sum |w||x| for F16/BF16 weights, 2^-15
 //     for quantized ones, inside the sgemm path's test tolerance of 1e-5).
-//     Quantized weights (Q8_0/Q4_0/Q4_K/Q5_K/Q6_K) on Isa::kAvx512 without AMX skip the f32
-//     dequantization: x is quantized as for decode and multiplied by the weights' own quants
-//     in the int8 GEMM (VNNI, kernels/matmul_int8.h), whose arithmetic is the decode path's.
+//     Quantized weights (Q8_0/Q4_0/Q4_K/Q5_K/Q6_K) on Isa::kAvx2 and Isa::kAvx512 without AMX
+//     skip the f32 dequantization: x is quantized as for decode and multiplied by the weights'
+//     own quants in the int8 GEMM (VNNI on AVX-512, vpmaddubsw on AVX2; kernels/matmul_int8.h),
+//     whose arithmetic is the decode path's.
 //     F16/BF16 weights there, with AVX512-BF16, run the bf16 GEMM (kernels/matmul_bf16.h):
 //     W and x rounded to bf16, twice the f32 FMA rate, within 2^-7 sum |w||x| of the exact
 //     product (the sgemm path it replaces: 1e-5).
@@ -121,6 +122,9 @@ class Matmul {
   // Off: batched decode calls that would take the f32 GEMM stay on the decode kernels (the
   // A/B of matmul_bench). On by default.
   void set_f32_gemm(bool on) { f32_gemm_ = on; }
+  // Off: calls that would take the int8 GEMM take the decode kernels or dequantize + sgemm
+  // instead (the A/B of matmul_bench). On by default.
+  void set_int8_gemm(bool on) { int8_gemm_ = on; }
   // The path a call of n_tokens rows against w takes (the paths above): the decode kernels,
   // dequantize + sgemm, AMX tiles, the int8 GEMM, the bf16 GEMM or the f32 GEMM.
   enum class Path { kDecode, kSgemm, kAmx, kInt8, kBf16, kF32 };
@@ -130,7 +134,8 @@ class Matmul {
     return amx_ && w.dtype != DType::kF32 && w.n_in % 32 == 0;
   }
   // Whether prefill against these weights runs the int8 GEMM (kernels/matmul_int8.h): quantized
-  // weights on Isa::kAvx512 without AMX. Its arithmetic is matmul_decode_reference's.
+  // weights on Isa::kAvx2 and Isa::kAvx512 without AMX, unless set_int8_gemm(false). Its
+  // arithmetic is matmul_decode_reference's.
   bool uses_int8(const WeightView& w) const;
   // Whether prefill against these weights runs the bf16 GEMM (kernels/matmul_bf16.h): F16 and
   // BF16 weights on Isa::kAvx512 with AVX512-BF16 and without AMX. Its arithmetic is
@@ -150,11 +155,22 @@ class Matmul {
   static bool uses_decode_kernels(DType dtype, int64_t n_tokens) {
     return n_tokens < kBlasMinTokens || (dtype != DType::kF32 && n_tokens <= kDecodeMaxTokens);
   }
-  // Batched decode steps of at least this many tokens take the int8 GEMM where uses_int8
-  // (the same arithmetic; matmul_bench, hot weights, 16 / 32 / 48 tokens: Q8_0 273 / 364 /
-  // 428 GFLOP/s against the decode kernels' 271 / 285 / 251, Q4_K 295 / 404 / 474 against
-  // 180 / 230 / 237; at 8 tokens half of its 16-token register would be padding).
+  // Batched decode steps of at least this many tokens take the int8 GEMM where uses_int8 on
+  // Isa::kAvx512 (the same arithmetic; matmul_bench, hot weights, 16 / 32 / 48 tokens: Q8_0
+  // 273 / 364 / 428 GFLOP/s against the decode kernels' 271 / 285 / 251, Q4_K 295 / 404 / 474
+  // against 180 / 230 / 237; at 8 tokens half of its 16-token register would be padding).
   static constexpr int64_t kInt8MinTokens = 16;
+  // On Isa::kAvx2 (no VNNI) the int8 GEMM gains less per token: batched steps of k-quant
+  // weights take it from this many tokens (2026-12-07, Zen 3, 2 threads, 2,048 x 5,632 hot:
+  // Q4_K 4.3 / 5.6 ms at 32 / 48 tokens against the decode kernels' 4.9 / 7.2, Q6_K 3.9 / 5.7
+  // against 5.0 / 8.4; at 16 tokens the decode kernels win or tie), Q8_0/Q4_0 weights only
+  // past kDecodeMaxTokens (Q8_0 7.7 / 8.4 ms at 32 / 48 against 5.8 / 8.7, Q4_0 slower at all three).
+  static constexpr int64_t kInt8MinTokensAvx2KQuant = 32;
+  // The fewest tokens of a call against `dtype` weights that takes the int8 GEMM where uses_int8.
+  int64_t int8_min_tokens(DType dtype) const {
+    if (isa_ >= Isa::kAvx512) return kInt8MinTokens;
+    return is_kquant(dtype) ? kInt8MinTokensAvx2KQuant : kDecodeMaxTokens + 1;
+  }
   // With set_batched_bf16: batched decode calls of F16/BF16 weights from this many tokens take
   // the bf16 GEMM (matmul_bench 2026-12-06, weights from DRAM, 16 / 32 / 48 tokens: BF16 rows
   // read in place 555 / 847 / 760 GFLOP/s, F16 rows converted per chunk 321 / 557 / 583,
@@ -183,6 +199,7 @@ class Matmul {
   int64_t max_tokens_, max_in_, max_out_;
   bool batched_bf16_ = false;                  // set_batched_bf16
   bool f32_gemm_ = true;                       // set_f32_gemm
+  bool int8_gemm_ = true;                      // set_int8_gemm
   // x quantized to Q8_0 for the integer decode kernels (layout: kernels/matmul_isa.h).
   // Decode tokens: min(max_tokens, kDecodeMaxTokens), in groups of kDecodeGroupTokens.
   int64_t decode_groups_ = 0;                  // ceil(decode tokens / kDecodeGroupTokens)

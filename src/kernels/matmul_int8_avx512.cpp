@@ -184,7 +184,42 @@ TileFn tile_fn(DType dtype) {
 
 }  // namespace
 
-void int8_gemm_rows(const WeightView& wv, int64_t o_begin, int64_t o_end, Int8X& panel, int64_t n_tokens,
+void int8_quantize_q8k(const float* x, BlockQ8_K* y, int64_t n) {
+  CHECK_EQ(n % kQK_K, 0);
+  constexpr int kVecs = kQK_K / 16;
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const float* xb = x + b * kQK_K;
+    BlockQ8_K& blk = y[b];
+    __m512 vmax = _mm512_setzero_ps();
+    for (int i = 0; i < kVecs; ++i) vmax = _mm512_max_ps(vmax, _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 16 * i)));
+    const float amax = _mm512_reduce_max_ps(vmax);
+    if (amax == 0.0f) {
+      std::memset(&blk, 0, sizeof(blk));
+      continue;
+    }
+    float max = 0.0f;  // the first value of largest magnitude, as the scalar search finds it
+    for (int i = 0; i < kVecs; ++i) {
+      const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 16 * i)),
+                                               _mm512_set1_ps(amax), _CMP_EQ_OQ);
+      if (hit != 0) {
+        max = xb[16 * i + __builtin_ctz(hit)];
+        break;
+      }
+    }
+    const float iscale = -127.0f / max;
+    const __m512 vscale = _mm512_set1_ps(iscale);
+    for (int i = 0; i < kVecs; ++i) {  // round half to even (the default MXCSR mode), at most 127
+      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(vscale, _mm512_loadu_ps(xb + 16 * i))),
+                                         _mm512_set1_epi32(127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk.qs + 16 * i), _mm512_cvtsepi32_epi8(q));
+      blk.bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    blk.d = 1.0f / iscale;
+  }
+}
+
+void int8_gemm_rows_avx512(const WeightView& wv, int64_t o_begin, int64_t o_end, Int8X& panel, int64_t n_tokens,
                     Int8W& w, float* y, int64_t ldy) {
   const int64_t rows = o_end - o_begin, n_in = wv.n_in;
   CHECK(rows >= 1 && rows <= kInt8RowChunk);

@@ -145,7 +145,7 @@ const char* path_name(Matmul::Path path) {
 }
 
 double run_cases(DType dtype, const std::vector<Case>& cases, const Paths& paths = {},
-                 int64_t max_tokens = kMaxTokens, bool batched_bf16 = false) {
+                 int64_t max_tokens = kMaxTokens, bool batched_bf16 = false, bool int8_gemm = true) {
   double worst = 0.0;
   std::set<std::string> exercised;  // "isa path" pairs that ran (the test says which paths it covered)
   for (Isa isa : supported_isas())
@@ -154,6 +154,7 @@ double run_cases(DType dtype, const std::vector<Case>& cases, const Paths& paths
       ThreadPool pool(threads);
       Matmul matmul(pool, max_tokens, kMaxIn, kMaxOut, isa);
       matmul.set_batched_bf16(batched_bf16);
+      matmul.set_int8_gemm(int8_gemm);
       for (const Case& c : cases) {
         if (!runs(paths, matmul, c.w.view, c.n_tokens)) continue;
         exercised.insert(std::string(isa_name(isa)) + " " + path_name(matmul.path(c.w.view, c.n_tokens)));
@@ -307,7 +308,7 @@ TEST_P(MatmulByDType, BatchedBf16DecodeMatchesBf16Reference) {
                          {Matmul::Path::kBf16}, kMaxTokens, true));
 }
 
-// Prefill path (sgemm on dequantized weights, x unquantized) against the double reference.
+// Prefill path (sgemm on dequantized weights, x unquantized; AMX tiles) against the double reference.
 TEST_P(MatmulByDType, PrefillMatchesReference) {
   const DType dtype = GetParam();
   Rng rng(200 + static_cast<int>(dtype));
@@ -316,30 +317,120 @@ TEST_P(MatmulByDType, PrefillMatchesReference) {
     if (!Matmul::uses_decode_kernels(dtype, t)) n_tokens.push_back(t);
   }
   ASSERT_FALSE(n_tokens.empty());
+  // The int8 GEMM off: quantized weights take dequantize + sgemm on every ISA (what they take
+  // where it does not run), so each ISA's dequantizer is held to the reference here.
   record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 96, 288, 4096}, n_tokens, matmul_reference, rng),
-                         kExactPaths));
+                         kExactPaths, kMaxTokens, false, false));
 }
 
-// The int8 prefill GEMM (quantized weights on AVX-512 VNNI without AMX) against the decode
-// reference, whose arithmetic it is: 49, 64 and 97 tokens (tiles of 32 tokens, ragged, and a
-// last tile of 16), row counts that are not multiples of the kernel's 4 or of a thread's chunk.
+// The int8 prefill GEMM (quantized weights on AVX2, and on AVX-512 VNNI without AMX) against
+// the decode reference, whose arithmetic it is: 49, 64 and 97 tokens (tiles of 32 tokens,
+// ragged, and a last tile of 16), row counts that are not multiples of the kernel's 4 or of a
+// thread's chunk.
 TEST_P(MatmulByDType, Int8PrefillMatchesDecodeReference) {
   const DType dtype = GetParam();
   const bool float_weights = dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
   bool any = false;
   for (Isa isa : supported_isas()) {
-    const Probe p(dtype, isa);
-    const bool want = isa >= Isa::kAvx512 && !float_weights && !p.matmul.uses_amx(p.view);
+    Probe p(dtype, isa);
+    const bool want = isa >= Isa::kAvx2 && !float_weights && !p.matmul.uses_amx(p.view);
     ASSERT_EQ(p.matmul.uses_int8(p.view), want) << isa_name(isa);
+    if (want) {  // the batched steps that take it on this ISA (matmul.h: int8_min_tokens)
+      const int64_t from = isa >= Isa::kAvx512 ? Matmul::kInt8MinTokens
+                           : is_kquant(dtype)  ? Matmul::kInt8MinTokensAvx2KQuant
+                                               : Matmul::kDecodeMaxTokens + 1;
+      for (int64_t t = Matmul::kBlasMinTokens; t <= Matmul::kDecodeMaxTokens + 1; ++t) {
+        EXPECT_EQ(p.matmul.path(p.view, t) == Matmul::Path::kInt8, t >= from) << isa_name(isa) << " " << t;
+      }
+      p.matmul.set_int8_gemm(false);
+      EXPECT_FALSE(p.matmul.uses_int8(p.view));
+      EXPECT_EQ(p.matmul.path(p.view, Matmul::kDecodeMaxTokens + 1), Matmul::Path::kSgemm);
+    }
     any = any || want;
   }
   if (float_weights) return;  // never int8: checked above
-  if (!any) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: no int8 prefill here";
+  if (!any) GTEST_SKIP() << "this CPU runs no int8 GEMM (scalar only, or AMX takes prefill)";
   Rng rng(250 + static_cast<int>(dtype));
   const std::vector<int64_t> n_tokens = {Matmul::kDecodeMaxTokens + 1, 64, 97};
   for (int64_t t : n_tokens) ASSERT_FALSE(Matmul::uses_decode_kernels(dtype, t));
   record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 288, 4096}, n_tokens, matmul_decode_reference, rng),
                          {Matmul::Path::kInt8}, 100));
+}
+
+// Weights whose every code sits at one of its dtype's two extremes (Q8_0 -128 / 127, Q4_0
+// -8 / 7, Q4_K 0 / 15, Q5_K 0 / 31, Q6_K -32 / 31, every sub-block scale and min at its
+// largest), against x of +-1 (every quant +-127): the int16 pair sums of the AVX2 kernels at
+// their bounds (kernels/matmul_int8.h). Trial 0 aligns every product's sign (the largest
+// sums), trial 1 opposes them, the rest are random. Each against the decode reference.
+Weights extreme_weights(DType dtype, int64_t n_out, int64_t n_in, int trial, Rng& rng) {
+  Weights w;
+  w.data.resize(dtype_row_bytes(dtype, n_in) * n_out);
+  w.values.resize(static_cast<size_t>(n_out * n_in));
+  w.view = WeightView{w.data.data(), dtype, n_out, n_in};
+  // Byte patterns of the two extremes (nibbles / bits all set or all clear).
+  const auto code_byte = [&]() -> uint8_t {
+    const bool high = trial == 0 ? true : trial == 1 ? false : rng.uniform(0.0f, 1.0f) < 0.5f;
+    return high ? 0xFF : 0x00;
+  };
+  const uint16_t d16 = 0x1400;  // 2^-10 in f16
+  const int64_t row_bytes = static_cast<int64_t>(w.view.row_bytes());
+  for (int64_t o = 0; o < n_out; ++o) {
+    uint8_t* row = w.data.data() + o * row_bytes;
+    for (int64_t i = 0; i < row_bytes; ++i) row[i] = code_byte();
+    const int64_t blocks = n_in / dtype_info(dtype).block_elems;
+    for (int64_t b = 0; b < blocks; ++b) {
+      switch (dtype) {
+        case DType::kQ8_0: {
+          auto& blk = reinterpret_cast<BlockQ8_0*>(row)[b];
+          blk.d = d16;
+          for (auto& q : blk.qs) q = (q == -1) ? 127 : -128;  // 0xFF -> 127, 0x00 -> -128
+          break;
+        }
+        case DType::kQ4_0:
+          reinterpret_cast<BlockQ4_0*>(row)[b].d = d16;  // nibbles 15 / 0: codes 7 / -8
+          break;
+        case DType::kQ4_K:
+        case DType::kQ5_K: {
+          auto* base = row + b * dtype_info(dtype).block_bytes;
+          uint16_t* dd = reinterpret_cast<uint16_t*>(base);
+          dd[0] = d16, dd[1] = d16;                  // d, dmin
+          std::memset(base + 4, 0xFF, 12);           // scales and mins 63
+          break;
+        }
+        case DType::kQ6_K: {
+          auto& blk = reinterpret_cast<BlockQ6_K*>(row)[b];
+          for (auto& sc : blk.scales) sc = 127;
+          blk.d = d16;
+          break;
+        }
+        default:
+          ADD_FAILURE() << dtype_name(dtype);
+      }
+    }
+    dequantize_row(dtype, row, w.values.data() + o * n_in, n_in);
+  }
+  return w;
+}
+
+TEST_P(MatmulByDType, Int8GemmExactAtCodeExtremes) {
+  const DType dtype = GetParam();
+  if (!detail::int8_gemm_dtype(dtype)) return;
+  Rng rng(260 + static_cast<int>(dtype));
+  std::vector<Case> cases;
+  const int64_t n_in = dtype_info(dtype).block_elems == 256 ? 1280 : 4096;
+  for (int trial = 0; trial < 4; ++trial)
+    for (int64_t n_tokens : {Matmul::kDecodeMaxTokens, int64_t{97}}) {
+      Case c;
+      c.w = extreme_weights(dtype, 37, n_in, trial, rng);
+      c.x.resize(static_cast<size_t>(n_tokens * n_in));
+      for (auto& v : c.x) v = trial < 2 ? 1.0f : (rng.uniform(0.0f, 1.0f) < 0.5f ? -1.0f : 1.0f);
+      c.n_tokens = n_tokens;
+      c.want.resize(static_cast<size_t>(n_tokens * 37));
+      matmul_decode_reference(c.w.view, c.x.data(), n_tokens, c.want.data());
+      c.scale = abs_scale(c.w, c.x, n_tokens);
+      cases.push_back(std::move(c));
+    }
+  record_worst(run_cases(dtype, cases, kDecodeArithmetic, 100));
 }
 
 // The bf16 prefill GEMM (F16/BF16 weights on AVX-512 BF16 without AMX) against its

@@ -1,8 +1,7 @@
-// The int8 GEMM's data preparation on AVX-512: the x panel (x quantized, as the decode path
-// does, then laid out 16 tokens to a register) and the weight rows unpacked into s8 codes
-// with their scales and biases (layouts: kernels/matmul_int8.h).
-// GCC 12's own AVX-512 headers trip -Wmaybe-uninitialized (their _mm512_undefined_*) when inlined here.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The int8 GEMM's data preparation (AVX2 code, run by the AVX2 and the AVX-512 kernels): the
+// x panel (x quantized, as the decode path does, then laid out 16 tokens to a register) and
+// the weight rows unpacked into s8 codes with their scales and biases (layouts:
+// kernels/matmul_int8.h).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -178,51 +177,15 @@ void zero_row(DType dtype, int64_t n_in, int64_t r, Int8W& w) {
 
 }  // namespace
 
-void int8_quantize_q8k(const float* x, BlockQ8_K* y, int64_t n) {
-  CHECK_EQ(n % kQK_K, 0);
-  constexpr int kVecs = kQK_K / 16;
-  const __m512 sign = _mm512_set1_ps(-0.0f);
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const float* xb = x + b * kQK_K;
-    BlockQ8_K& blk = y[b];
-    __m512 vmax = _mm512_setzero_ps();
-    for (int i = 0; i < kVecs; ++i) vmax = _mm512_max_ps(vmax, _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 16 * i)));
-    const float amax = _mm512_reduce_max_ps(vmax);
-    if (amax == 0.0f) {
-      std::memset(&blk, 0, sizeof(blk));
-      continue;
-    }
-    float max = 0.0f;  // the first value of largest magnitude, as the scalar search finds it
-    for (int i = 0; i < kVecs; ++i) {
-      const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 16 * i)),
-                                               _mm512_set1_ps(amax), _CMP_EQ_OQ);
-      if (hit != 0) {
-        max = xb[16 * i + __builtin_ctz(hit)];
-        break;
-      }
-    }
-    const float iscale = -127.0f / max;
-    const __m512 vscale = _mm512_set1_ps(iscale);
-    for (int i = 0; i < kVecs; ++i) {  // round half to even (the default MXCSR mode), at most 127
-      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(vscale, _mm512_loadu_ps(xb + 16 * i))),
-                                         _mm512_set1_epi32(127));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk.qs + 16 * i), _mm512_cvtsepi32_epi8(q));
-      blk.bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
-    }
-    blk.d = 1.0f / iscale;
-  }
-}
-
-void int8_prepare_x(DType dtype, const float* x, int64_t t_begin, int64_t t_end, int64_t n_in,
-                    void (*quantize_x)(const float*, int64_t, int8_t*, float*, float*, int64_t), Int8X& panel,
-                    Int8W& w) {
+void int8_prepare_x(DType dtype, const float* x, int64_t t_begin, int64_t t_end, int64_t n_in, const Int8XForm& form,
+                    Int8X& panel, Int8W& w) {
   uint8_t* u = panel.u_data();
   for (int64_t t = t_begin; t < t_end; ++t) {
     const float* xt = x + t * n_in;
     const int64_t g = t / kPanelLanes, lane = t % kPanelLanes;
     if (is_kquant(dtype)) {
       const int64_t ns = n_in / kQK_K;
-      int8_quantize_q8k(xt, w.x_q8k.data(), n_in);
+      form.quantize_q8k(xt, w.x_q8k.data(), n_in);
       for (int64_t s = 0; s < ns; ++s) {
         const BlockQ8_K& blk = w.x_q8k[static_cast<size_t>(s)];
         std::memcpy(w.x_qs.data() + s * kQK_K, blk.qs, kQK_K);
@@ -237,15 +200,15 @@ void int8_prepare_x(DType dtype, const float* x, int64_t t_begin, int64_t t_end,
     } else {
       const int64_t nb = n_in / kQK;
       float* d = panel.d.data() + g * nb * kPanelLanes + lane;
-      quantize_x(xt, n_in, w.x_qs.data(), d, panel.ds.data() + (d - panel.d.data()), kPanelLanes);
+      form.quantize_x(xt, n_in, w.x_qs.data(), d, panel.ds.data() + (d - panel.d.data()), kPanelLanes);
     }
-    panel_put(w.x_qs.data(), n_in / 4, t, 0x80808080u, u);  // q + 128
+    panel_put(w.x_qs.data(), n_in / 4, t, form.signed_quants ? 0u : 0x80808080u, u);  // q or q + 128
   }
 }
 
-void int8_pad_x(DType dtype, int64_t n_tokens, int64_t n_in, Int8X& panel) {
+void int8_pad_x(DType dtype, int64_t n_tokens, int64_t n_in, const Int8XForm& form, Int8X& panel) {
   const int64_t nd = is_kquant(dtype) ? n_in / kQK_K : n_in / kQK;
-  panel_pad(n_tokens, n_in / 4, 0x80808080u, panel.u_data());  // quants 0
+  panel_pad(n_tokens, n_in / 4, form.signed_quants ? 0u : 0x80808080u, panel.u_data());  // quants 0
   for (int64_t t = n_tokens; t < panel_pad_tokens(n_tokens); ++t) {
     const int64_t g = t / kPanelLanes, lane = t % kPanelLanes;
     for (int64_t b = 0; b < nd; ++b) panel.d[static_cast<size_t>((g * nd + b) * kPanelLanes + lane)] = 0.0f;
