@@ -4,8 +4,9 @@
 #
 #   bench/peer/side_by_side.sh [--rounds N] [--rows ROW,...] [--out DIR] [--threads T] [--isa avx2] [--force]
 #
-# Rows (default: all): pp512 tg128 pp1900 tg128d1900 batched16 http16 tl_q8 tl_q4km curve
+# Rows (default: all): pp512 tg128 pp1900 tg128d1900 batched16 http16 pp512_q8 pp512_q4km tl_q8 tl_q4km curve
 #   pp512, tg128     llama-110m f16: llama-bench -p 512 / -n 128   vs pagoda bench -p 512 / -n 128
+#   pp512_q8, pp512_q4km  llama-110m q8_0 / q4_k_m: pp512
 #   pp1900           prefill of a 1,900-token prompt
 #   tg128d1900       128 decode steps after 1,900 cached tokens (llama-bench -d 1900, pagoda bench --depth 1900)
 #   batched16        16 sequences x (64 prompt + 64 generated), in process: llama-batched-bench
@@ -38,7 +39,7 @@ BF16_FLAG=()
 ROUNDS=3
 THREADS=2
 ISA=""
-ROWS="pp512,tg128,pp1900,tg128d1900,batched16,http16,tl_q8,tl_q4km,curve"
+ROWS="pp512,tg128,pp1900,tg128d1900,batched16,http16,pp512_q8,pp512_q4km,tl_q8,tl_q4km,curve"
 OUT=""
 FORCE=0
 die() { echo "side_by_side: $*" >&2; exit 1; }
@@ -88,6 +89,8 @@ model() {  # shape dtype -> path (made once)
 }
 M110="$(model llama-110m f16)"
 has_row() { [[ ",$ROWS," == *",$1,"* ]]; }
+if has_row pp512_q8; then M110Q8="$(model llama-110m q8_0)"; fi
+if has_row pp512_q4km; then M110Q4="$(model llama-110m q4_k_m)"; fi
 if has_row tl_q8; then TLQ8="$(model tinyllama-1.1b q8_0)"; fi
 if has_row tl_q4km; then TLQ4="$(model tinyllama-1.1b q4_k_m)"; fi
 
@@ -157,6 +160,9 @@ run_half() {  # row round side: one engine's run of a row
         serve_bench "$o.llama.json" "$PEER_BIN/llama-server" -m "$M110" --host 127.0.0.1 --port "$PORT" -t "$THREADS" \
           --no-mmap -np 16 -c 8192
       fi ;;
+    pp512_q8|pp512_q4km)
+      local f="$M110Q8"; [[ "$row" == pp512_q4km ]] && f="$M110Q4"
+      if ((pg_side)); then pg -m "$f" -p 512 -n 0 > "$o.pagoda.json"; else lb -m "$f" -p 512 -n 0 > "$o.llama.json"; fi ;;
     tl_q8|tl_q4km)
       local f="$TLQ8"; [[ "$row" == tl_q4km ]] && f="$TLQ4"
       if ((pg_side)); then pg -m "$f" -p 256 -n 64 > "$o.pagoda.json"; else lb -m "$f" -p 256 -n 64 > "$o.llama.json"; fi ;;

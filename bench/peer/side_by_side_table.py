@@ -222,10 +222,12 @@ def main():
     for row, label, n, is_pp, depth in (("pp512", "llama-110m f16 pp512", 512, True, 0),
                                         ("tg128", "llama-110m f16 tg128", 128, False, 0),
                                         ("pp1900", "llama-110m f16 prefill of a 1,900-token prompt", 1900, True, 0),
-                                        ("tg128d1900", "llama-110m f16 decode at depth 1,900", 128, False, 1900)):
+                                        ("tg128d1900", "llama-110m f16 decode at depth 1,900", 128, False, 1900),
+                                        ("pp512_q8", "llama-110m q8_0 pp512", 512, True, 0),
+                                        ("pp512_q4km", "llama-110m q4_k_m pp512", 512, True, 0)):
         p, l, _ = collect(out, row, get_pp if is_pp else get_tg, llama_ts)
         roof = None
-        if m and is_pp and f32_peak:
+        if m and is_pp and f32_peak and "_q" not in row:  # int8 rows: no float roofline applies
             roof = 1 / seconds_per_token(m, (n + 1) / 2, bf16_peak)
         if m and not is_pp and bw:
             roof = bw * 1e9 / (m["weight_bytes"] + kv_bytes(m, depth + n / 2))
