@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "model/arch/registry.h"
 #include "model/gguf_vocab.h"
 #include "model/hf_checkpoint.h"
 #include "model/hf_tokenizer.h"
@@ -96,6 +97,11 @@ Result<LoadedModel> load_model(const std::string& path, const std::string& token
       if (id != loaded.tokenizer->eos_id()) loaded.stop_token_ids.push_back(id);
     }
   } else {
+    if (!path.empty() && starts_with_gguf_magic(path)) {  // refused from the header, before any weight is read
+      auto header = model::GgufFile::read_metadata_only(path);
+      if (!header.is_ok()) return header.status().with_context(name);
+      if (auto family = model::arch::check_runnable(*header); !family.is_ok()) return family.status().with_context(name);
+    }
     PAGODA_ASSIGN_OR_RETURN(model::GgufFile file, load_model_file(path, tokenizer_path, progress));
     PAGODA_ASSIGN_OR_RETURN(model::Tokenizer tokenizer, tokenizer_from_file(file));
     loaded.tokenizer = std::make_unique<model::Tokenizer>(std::move(tokenizer));

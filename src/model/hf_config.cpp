@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "model/arch/registry.h"
+
 namespace pagoda::model {
 
 namespace {
@@ -84,21 +86,15 @@ Result<HfConfig> parse(const json& j) {
   c.rope.style = kernels::RopeStyle::kNeoxHalves;  // rotate_half
   PAGODA_ASSIGN_OR_RETURN(bool attention_bias, get_bool(j, "attention_bias", false));
   if (attention_bias) return Status::invalid_argument("attention_bias (q/k/v/o projection biases) is not supported");
-  if (h.architecture == "LlamaForCausalLM" || h.architecture == "MistralForCausalLM") {
-    c.arch = Arch::kLlama;
-    c.arch_name = "llama";
-  } else if (h.architecture == "Qwen2ForCausalLM") {
-    c.arch = Arch::kQwen2;
-    c.arch_name = "qwen2";
-    c.has_qkv_bias = true;
-  } else if (h.architecture == "Qwen3ForCausalLM") {
-    c.arch = Arch::kQwen3;
-    c.arch_name = "qwen3";
-    c.has_qk_norm = true;
-  } else {
+  const arch::ArchInfo* a = arch::find_hf_class(h.architecture);
+  if (a == nullptr || !a->arch) {
     return Status::invalid_argument("unsupported architecture '" + h.architecture +
-                                    "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+                                    "' (supported: " + arch::runnable_hf_classes() + ")");
   }
+  c.arch = *a->arch;
+  c.arch_name = std::string(a->gguf_name);
+  c.has_qkv_bias = a->qkv_bias;
+  c.has_qk_norm = a->qk_norm;
   if (const json* act = get(j, "hidden_act"); act != nullptr && *act != "silu") {
     return Status::invalid_argument("unsupported hidden_act " + act->dump() + " (supported: silu)");
   }
@@ -132,9 +128,9 @@ Result<HfConfig> parse(const json& j) {
   }
   if (!(c.rope.freq_base > 1)) return Status::invalid_argument("bad rope_theta");
   PAGODA_RETURN_IF_ERROR(read_rope_scaling(j, c));
-  PAGODA_ASSIGN_OR_RETURN(bool use_sliding, get_bool(j, "use_sliding_window", c.arch == Arch::kLlama));
+  PAGODA_ASSIGN_OR_RETURN(bool use_sliding, get_bool(j, "use_sliding_window", a->hf_uniform_window));
   if (use_sliding) {
-    if (c.arch != Arch::kLlama) {
+    if (!a->hf_uniform_window) {
       return Status::invalid_argument("use_sliding_window (per-layer windows) is not supported for " + h.architecture);
     }
     PAGODA_ASSIGN_OR_RETURN(c.sliding_window, get_int(j, "sliding_window", 0));  // null: none

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/quant.h"
+#include "model/arch/registry.h"
 #include "model/gguf_vocab.h"
 
 namespace pagoda::model {
@@ -66,7 +67,7 @@ Result<GgufFile> gguf_from_hf(const HfCheckpoint& checkpoint, const HfTokenizer&
       break;
     }
   }
-  const bool permute = m.arch_name == "llama";
+  const bool permute = arch::info(m.arch).convert_permutes_qk;
   int64_t total = 0, done = 0;
   for (const auto& [name, t] : checkpoint.tensors()) {
     auto bytes = ggml_tensor_bytes(t.dims, t.dtype ? ggml_type_from_dtype(*t.dtype) : kGgmlTypeF32);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "model/arch/registry.h"
 #include "model/gguf.h"
 #include "model/model_config.h"
 
@@ -90,9 +91,9 @@ Result<std::vector<bool>> gguf_sliding_layers(const GgufFile& f, const std::stri
     }
     return Status::error("metadata key '" + key + "' is neither a positive integer nor " + str(n_layer) + " bools");
   }
-  if (arch == "gemma2") return sliding_pattern(n_layer, 2);
-  if (arch == "gemma3") return sliding_pattern(n_layer, 6);
-  if (arch == "cohere2") return sliding_pattern(n_layer, 4);
+  if (const arch::ArchInfo* a = arch::find_gguf(arch); a != nullptr && a->default_sliding_pattern > 0) {
+    return sliding_pattern(n_layer, a->default_sliding_pattern);
+  }
   return std::vector<bool>{};  // every layer
 }
 
@@ -107,7 +108,7 @@ Result<KvSpec> kv_spec_from_gguf(const GgufFile& f) {
   s.name = f.get_string("general.name").value_or("");
   const std::string p = *arch + ".";
   PAGODA_ASSIGN_OR_RETURN(auto kv_heads, gguf_uniform_int(f, p + "attention.head_count_kv"));
-  if (*arch == "llama" || *arch == "qwen2") {
+  if (const arch::ArchInfo* a = arch::find_gguf(*arch); a != nullptr && a->arch && !a->mla) {  // runnable: validated
     PAGODA_ASSIGN_OR_RETURN(ModelConfig c, config_from_gguf(f));
     s.n_layer = c.n_layer;
     s.n_head = c.n_head;
@@ -220,7 +221,10 @@ Status read_windows(const json& cfg, KvSpec& s) {
     return Status::ok();
   }
   PAGODA_ASSIGN_OR_RETURN(auto pattern, json_int(cfg, "sliding_window_pattern"));
-  if (!pattern && s.architecture == "gemma2") pattern = 2;
+  if (const arch::ArchInfo* a = arch::find_hf_model_type(s.architecture);
+      !pattern && a != nullptr && a->default_sliding_pattern > 0) {
+    pattern = a->default_sliding_pattern;
+  }
   if (pattern) {
     if (*pattern < 1) return Status::error("'sliding_window_pattern' must be positive");
     s.layer_is_sliding = sliding_pattern(s.n_layer, *pattern);
@@ -231,10 +235,8 @@ Status read_windows(const json& cfg, KvSpec& s) {
 // Parameters of a dense decoder with a gated MLP (Llama, Mistral, Qwen 2/3, Gemma 1/2/3): embeddings,
 // q/k/v/o, gate/up/down, norms, biases, lm_head when untied. nullopt with `why` otherwise.
 std::optional<int64_t> estimate_dense_params(const json& cfg, const KvSpec& s, std::string& why) {
-  static const char* const kDense[] = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"};
-  bool known = false;
-  for (const char* a : kDense) known = known || s.architecture == a;
-  if (!known) {
+  const arch::ArchInfo* a = arch::find_hf_model_type(s.architecture);
+  if (a == nullptr || !a->dense_estimate) {
     why = "no estimate for model_type '" + s.architecture + "'";
     return std::nullopt;
   }
@@ -253,16 +255,15 @@ std::optional<int64_t> estimate_dense_params(const json& cfg, const KvSpec& s, s
   }
   const int64_t V = **vocab, H = **hidden, I = **inter;
   const int64_t q = s.n_head * s.head_dim, kv = s.n_kv_head * s.head_dim;
-  const bool gemma = s.architecture.rfind("gemma", 0) == 0;
   auto tie = json_bool(cfg, "tie_word_embeddings");
-  const bool tied = tie.is_ok() && tie->has_value() ? **tie : gemma;
+  const bool tied = tie.is_ok() && tie->has_value() ? **tie : a->tied_by_default;
   auto attention_bias = json_bool(cfg, "attention_bias");
   const bool o_bias = attention_bias.is_ok() && *attention_bias == true;
-  const bool qkv_bias = o_bias || s.architecture == "qwen2";
+  const bool qkv_bias = o_bias || a->qkv_bias;
   int64_t layer = H * q + 2 * H * kv + q * H + 3 * H * I;
   layer += (qkv_bias ? q + 2 * kv : 0) + (o_bias ? H : 0);
-  layer += (s.architecture == "qwen3" || s.architecture == "gemma3_text") ? 2 * s.head_dim : 0;  // q/k norms
-  layer += (s.architecture == "gemma2" || s.architecture == "gemma3_text") ? 4 * H : 2 * H;      // norms
+  layer += a->qk_norm ? 2 * s.head_dim : 0;  // q/k norms
+  layer += a->four_norms ? 4 * H : 2 * H;    // norms
   return V * H * (tied ? 1 : 2) + s.n_layer * layer + H;
 }
 

@@ -7,14 +7,16 @@
 // .attention.head_count_kv (default head_count), .attention.key_length (default
 // embedding_length / head_count), .context_length, .attention.sliding_window, and for MLA
 // (deepseek2) .attention.kv_lora_rank with .rope.dimension_count as the rope key width.
-// llama and qwen2 files go through config_from_gguf, the same validation the engine applies.
+// Files of an architecture Pagoda runs (model/arch/registry.h; MLA aside) go through
+// config_from_gguf, the same validation the engine applies. The registry's default sliding
+// pattern (gemma2 2, gemma3 6, cohere2 4) applies where the file states none.
 //
 // config.json keys: num_hidden_layers, num_attention_heads, num_key_value_heads (default
 // heads), head_dim (default hidden_size / heads), max_position_embeddings, kv_lora_rank +
 // qk_rope_head_dim (MLA), sliding_window with the layer pattern from layer_types, else
 // use_sliding_window + max_window_layers (Qwen2: layers >= max_window_layers slide), else
-// sliding_window_pattern (Gemma 3: layer i slides unless (i + 1) % pattern == 0; Gemma 2: 2),
-// else every layer (Mistral). Multimodal configs are read from their "text_config".
+// sliding_window_pattern (layer i slides unless (i + 1) % pattern == 0; absent: the registry's
+// default for the model_type, Gemma 2: 2, Gemma 3: 6), else every layer (Mistral). Multimodal configs are read from their "text_config".
 #pragma once
 
 #include <cstdint>

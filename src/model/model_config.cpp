@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "kernels/quant.h"
+#include "model/arch/registry.h"
 #include "model/gguf.h"
 
 namespace pagoda::model {
@@ -168,26 +169,12 @@ Result<std::vector<float>> llama3_freq_factors(const Llama3RopeScaling& s, doubl
 
 Result<ModelConfig> config_from_gguf(const GgufFile& file) {
   ModelConfig c;
-  auto arch = file.get_string("general.architecture");
-  if (!arch.has_value()) return Status::error("missing metadata key 'general.architecture'");
-  c.arch_name = *arch;
-  if (c.arch_name == "llama") {
-    c.arch = Arch::kLlama;
-    c.rope.style = kernels::RopeStyle::kAdjacentPairs;
-  } else if (c.arch_name == "qwen2") {
-    c.arch = Arch::kQwen2;
-    c.rope.style = kernels::RopeStyle::kNeoxHalves;
-    c.has_qkv_bias = true;
-  } else if (c.arch_name == "qwen3") {
-    c.arch = Arch::kQwen3;
-    c.rope.style = kernels::RopeStyle::kNeoxHalves;
-    c.has_qk_norm = true;
-  } else if (c.arch_name == "deepseek2") {
-    c.arch = Arch::kDeepseek2;  // llama.cpp converts its rope weights to adjacent pairs (ROPE_TYPE_NORM)
-    c.rope.style = kernels::RopeStyle::kAdjacentPairs;
-  } else {
-    return Status::error("unsupported architecture '" + c.arch_name + "' (supported: llama, qwen2, qwen3, deepseek2)");
-  }
+  PAGODA_ASSIGN_OR_RETURN(const arch::ArchInfo* a, arch::check_runnable(file));
+  c.arch = *a->arch;
+  c.arch_name = std::string(a->gguf_name);
+  c.rope.style = a->gguf_rope;
+  c.has_qkv_bias = a->qkv_bias;
+  c.has_qk_norm = a->qk_norm;
   c.name = file.get_string("general.name").value_or("");
   const std::string p = c.arch_name + ".";
   PAGODA_ASSIGN_OR_RETURN(c.n_embd, require_int(file, p + "embedding_length"));
@@ -217,7 +204,7 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file) {
     double factor = file.get_float(p + "rope.scaling.factor").value_or(1.0);
     if (factor <= 0) return Status::error("bad rope.scaling.factor");
     c.rope.freq_scale = static_cast<float>(1.0 / factor);
-  } else if (scaling.has_value() && *scaling == "yarn" && c.arch == Arch::kDeepseek2) {
+  } else if (scaling.has_value() && *scaling == "yarn" && a->yarn) {
     yarn.factor = file.get_float(p + "rope.scaling.factor").value_or(1.0);
     yarn.original_context = file.get_float(p + "rope.scaling.original_context_length").value_or(4096);
     yarn.log_multiplier = file.get_float(p + "rope.scaling.yarn_log_multiplier").value_or(0.0);
@@ -231,7 +218,7 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file) {
   if (c.rope.freq_factors.empty()) {
     PAGODA_ASSIGN_OR_RETURN(c.rope.freq_factors, read_rope_freqs(file, c.rope.rot_dim));
   }
-  if (c.arch == Arch::kDeepseek2) PAGODA_RETURN_IF_ERROR(read_mla_config(file, p, yarn_attn_mscale(yarn), c));
+  if (a->mla) PAGODA_RETURN_IF_ERROR(read_mla_config(file, p, yarn_attn_mscale(yarn), c));
   if (const GgufValue* v = file.find(p + "attention.kv_source_layer")) {
     auto sources = v->to_int_array();
     if (!sources.has_value()) return Status::error("attention.kv_source_layer must be an array of layer indices");

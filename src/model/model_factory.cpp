@@ -5,6 +5,7 @@
 
 #include "core/rng.h"
 #include "kernels/quant.h"
+#include "model/arch/registry.h"
 #include "model/gguf_vocab.h"
 
 namespace pagoda::model {
@@ -151,7 +152,12 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
   auto report = [&](int64_t done) {
     if (progress) progress(done, s.n_layer + 2);
   };
-  if (s.arch == "deepseek2") {
+  const arch::ArchInfo* family = arch::find_gguf(s.arch);
+  // Written here: MLA (deepseek2) and the plain families without q/k norms (llama, qwen2).
+  if (family == nullptr || !family->arch || family->qk_norm) {
+    return Status::error("make-model cannot write architecture '" + s.arch + "'");
+  }
+  if (family->mla) {
     if (s.cla > 1) return Status::error("--cla is for llama/qwen2 shapes, not MLA");
     return make_random_mla_model(s, mix, seed, progress);
   }
@@ -161,7 +167,6 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
       return Status::error("shape " + s.name + " does not fit " + mix.name + " blocks");
     }
   }
-  if (s.arch != "llama" && s.arch != "qwen2") return Status::error("unknown architecture " + s.arch);
   const int64_t head_dim = s.n_embd / s.n_head;
   const std::string a = s.arch + ".";
   GgufFile f;
@@ -206,7 +211,7 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
       PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_v.weight", kv_dim, s.n_embd));
     }
     PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_output.weight", s.n_embd, q_dim));
-    if (s.arch == "qwen2") {
+    if (family->qkv_bias) {
       PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_q.bias", q_dim, rng));
       if (owns_kv) {
         PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_k.bias", kv_dim, rng));
@@ -232,9 +237,9 @@ Result<GgufFile> make_random_mla_model(const ModelShape& s, const WeightMix& mix
     return Status::error("bad MLA shape " + s.name);
   }
   auto u32 = [](int64_t v) { return GgufValue::of_u32(static_cast<uint32_t>(v)); };
-  const std::string a = "deepseek2.";
+  const std::string a = s.arch + ".";
   GgufFile f;
-  f.set("general.architecture", GgufValue::of_string("deepseek2"));
+  f.set("general.architecture", GgufValue::of_string(s.arch));
   f.set("general.name", GgufValue::of_string("pagoda-random-" + s.name + "-" + mix.name));
   f.set("general.file_type", GgufValue::of_u32(mix.file_type));
   f.set(a + "context_length", u32(s.n_ctx));

@@ -140,6 +140,19 @@ TEST(Cli, CorruptTruncatedAndMissingFilesGiveClearErrors) {
   expect_clean_error(pagoda("run -m " + garbage + " --tokenizer " + stories("tok512.bin")), garbage);
 }
 
+// An architecture Pagoda does not run is refused from the file's header (tools/model_source.cpp
+// reads the metadata alone first), with the list of those it runs.
+TEST(Cli, UnsupportedArchitectureIsRefusedFromTheHeader) {
+  auto file = model::GgufFile::read(stories("stories260K.gguf"));
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  file->set("general.architecture", model::GgufValue::of_string("qwen3moe"));
+  const std::string path = temp_dir() + "/moe.gguf";
+  ASSERT_TRUE(file->write(path).is_ok());
+  const std::string want = "unsupported architecture 'qwen3moe' (supported: llama, qwen2, qwen3, deepseek2)";
+  expect_clean_error(pagoda("run -m " + path + " -n 2"), want);
+  expect_clean_error(pagoda("serve -m " + path + " --port 0"), want);
+}
+
 // A llama.cpp-style Q4_K_M file: the mix of types, and the same greedy tokens on every run.
 TEST(Cli, MakeModelQ4KMRunsDeterministically) {
   const std::string path = temp_dir() + "/default-q4_k_m.gguf";
