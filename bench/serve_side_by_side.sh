@@ -18,8 +18,11 @@
 #   llama_server.mjs --slots 1      random workload at each concurrency
 # Every random run sends concurrency x --requests-per-client requests (at least --min-requests) of
 # --output-len tokens (ignore_eos), seeded --seed + concurrency (so a level's prompts are not the
-# previous level's, cached). --rounds N repeats all of the above N times (Pagoda's servers, then
-# llama.cpp's, each round), into OUT/r1 .. OUT/rN; the table gives medians over rounds. Raw
+# previous level's, cached). --rounds N repeats all of the above N times (Pagoda's servers first in
+# odd rounds, llama.cpp's first in even ones), into OUT/r1 .. OUT/rN; the table gives rates as
+# medians over rounds and ratios as medians of per-round ratios (min-max), and says when a cell
+# has fewer rounds (a server that died, a failed run). Pagoda serves with --kv-dtype f16
+# (PAGODA_KV=... to change), llama-server's default KV format. Raw
 # bench-serve JSON goes to --out (default
 # bench/results/DATE-serve/), the table to stdout and OUT/table.md. Needs a Release build
 # (BUILD_DIR, default build/; SERVE_BIN=... to serve from another pagoda binary) and Node >= 20. Run on an otherwise idle machine.
@@ -155,11 +158,10 @@ multi_turn() {  # multi_turn FILE
     --system-prompt-len "$SYSTEM_LEN" --prompt-len "$TURN_LEN" --output-len "$OUTPUT_LEN"
 }
 
-OUT_BASE="$OUT"
-for round in $(seq 1 "$ROUNDS"); do
-  if (( ROUNDS > 1 )); then OUT="$OUT_BASE/r$round"; mkdir -p "$OUT"; log "round $round/$ROUNDS"; fi
-  if [[ "$ONLY" != llama ]]; then
-    pagoda_serve() { exec "$SERVE_BIN" serve -m "$MODEL" --port "$PORT" --threads "$THREADS" --http-threads 256 "$@"; }
+pagoda_half() {
+    # The same KV element format as llama-server's default (f16) unless PAGODA_KV says otherwise.
+    pagoda_serve() { exec "$SERVE_BIN" serve -m "$MODEL" --port "$PORT" --threads "$THREADS" --http-threads 256 \
+      --kv-dtype "${PAGODA_KV:-f16}" "$@"; }
     start_server pagoda pagoda_serve
     random_levels pagoda
     multi_turn pagoda-mt-on.json
@@ -170,8 +172,8 @@ for round in $(seq 1 "$ROUNDS"); do
     start_server pagoda-nocache pagoda_serve --no-prefix-cache
     multi_turn pagoda-mt-off.json
     stop_server
-  fi
-  if [[ "$ONLY" != pagoda ]]; then
+}
+llama_half() {
     # llama-server: -c is shared by the slots, 2,048 tokens each: a 6-turn chat's history reaches
     # ~1,100 tokens, which 512 or 1,024 a slot refuse. (A run on 2026-12-06 saw its decode many
     # times slower at 2,048 a slot; re-measured alone the same day, 1 request at a time decodes
@@ -196,8 +198,18 @@ for round in $(seq 1 "$ROUNDS"); do
     start_server llama-s1 llama 1
     random_levels llama-s1
     stop_server
-  fi
+}
 
+# Odd rounds run Pagoda's servers first, even rounds llama.cpp's: neither side always meets a
+# machine fresh from idle (or warm from the other's run).
+OUT_BASE="$OUT"
+for round in $(seq 1 "$ROUNDS"); do
+  if (( ROUNDS > 1 )); then OUT="$OUT_BASE/r$round"; mkdir -p "$OUT"; log "round $round/$ROUNDS"; fi
+  if (( round % 2 )); then order="pagoda llama"; else order="llama pagoda"; fi
+  for side in $order; do
+    if [[ "$side" == pagoda && "$ONLY" != llama ]]; then pagoda_half; fi
+    if [[ "$side" == llama && "$ONLY" != pagoda ]]; then llama_half; fi
+  done
 done
 OUT="$OUT_BASE"
 

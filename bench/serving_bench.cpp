@@ -62,7 +62,7 @@ struct Run {
 
 Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shared_ptr<const model::Tokenizer> tok,
                 int64_t concurrency, int64_t max_num_seqs, int64_t prompt, int64_t gen, int threads, int64_t batched, double step_budget_ms,
-                bool batched_bf16, kernels::KvDType kv_dtype, kernels::Isa isa) {
+                bool batched_bf16, kernels::KvDType kv_dtype, kernels::Isa isa, bool f32_matmul) {
   SteadyClock clock;
   Logger logger(LogLevel::kSilent);
   engine::EngineConfig ec;
@@ -70,6 +70,7 @@ Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shar
   ec.max_batch_tokens = batched;
   ec.batched_bf16 = batched_bf16;
   ec.isa = isa;
+  ec.f32_matmul = f32_matmul;
   const model::ModelConfig& mc = model->config();
   // KV for every request at once (plus a block of slack each, f32-sized): no preemption.
   ec.kv_dtype = kv_dtype;
@@ -110,7 +111,7 @@ Result<Run> run(const std::shared_ptr<const model::LlamaModel>& model, std::shar
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf [C=16] [P=64] [G=64] [threads=0] [max_batched_tokens=512] [one_at_a_time=1] [step_budget_ms=100] [batched_bf16=0] [kv_dtype=f32] [isa=best]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.gguf [C=16] [P=64] [G=64] [threads=0] [max_batched_tokens=512] [one_at_a_time=1] [step_budget_ms=100] [batched_bf16=0] [kv_dtype=f32] [isa=best] [matmul=auto|f32]\n", argv[0]);
     return 2;
   }
   auto arg = [&](int i, int64_t def) { return argc > i ? std::atoll(argv[i]) : def; };
@@ -129,6 +130,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "isa '%s': not one this CPU runs (best: %s)\n", isa_name.c_str(), kernels::isa_name(kernels::detect_isa()));
     return 2;
   }
+  const std::string matmul = argc > 12 ? argv[12] : "auto";
+  if (matmul != "auto" && matmul != "f32") {
+    std::fprintf(stderr, "matmul '%s': auto or f32\n", matmul.c_str());
+    return 2;
+  }
+  const bool f32_matmul = matmul == "f32";
   auto file = model::GgufFile::read(argv[1]);
   if (!file.is_ok()) {
     std::fprintf(stderr, "%s\n", file.status().message().c_str());
@@ -148,6 +155,7 @@ int main(int argc, char** argv) {
   engine::EngineConfig bf16_config;  // --batched-bf16 as tools/ applies it (ignored where no bf16 GEMM runs)
   bf16_config.batched_bf16 = batched_bf16;
   bf16_config.isa = *isa;
+  bf16_config.f32_matmul = f32_matmul;
   const Logger bf16_logger(LogLevel::kWarn);
   if (const Status s = engine::prepare_batched_bf16(*model.value(), bf16_config, bf16_logger); !s.is_ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
@@ -165,7 +173,7 @@ int main(int argc, char** argv) {
   const int64_t seqs[2] = {c, 1};
   const int runs = arg(7, 1) != 0 ? 2 : 1;
   for (int i = 0; i < runs; ++i) {
-    auto r = run(m, t, c, seqs[i], p, g, threads, batched, step_budget_ms, batched_bf16, *kv_dtype, *isa);
+    auto r = run(m, t, c, seqs[i], p, g, threads, batched, step_budget_ms, batched_bf16, *kv_dtype, *isa, f32_matmul);
     if (!r.is_ok()) {
       std::fprintf(stderr, "%s\n", r.status().message().c_str());
       return 1;

@@ -5,14 +5,19 @@ The server runs stories260K with a KV pool small enough to force preemption and 
 send a seeded mix: prompts built from shared prefixes (prefix-cache hits), random max_tokens,
 n of 1-3, streaming and not, priorities, sampled requests, and clients that abort (hang up
 mid-stream or before the answer). Checked continuously:
-  - every greedy choice equals the single-request reference of its prompt (a prefix of it when
-    cut by max_tokens; all of it when the model stopped);
+  - every greedy choice equals the reference of its prompt (a prefix of it when cut by
+    max_tokens; all of it when the model stopped). The references come from `pagoda run` on the
+    same model file in a process of its own, not from the server under test; the server's own
+    single-request answer must equal them too;
   - every answer is 200, or a documented 429/503 with Retry-After; nothing else;
   - /metrics: blocks in use + cached + free == capacity.
   - /metrics: every tier holds at most its capacity.
 At the end, after draining: zero requests running or waiting, zero blocks in use, zero pins, and
 resident memory within --max-rss-growth percent of its level after warm-up (of the last server
-when faults restarted it). Prints a summary line and exits non-zero on any violation.
+when faults restarted it). The soak proves something only if it did something: it fails unless
+at least --min-served requests were served and --min-checked greedy choices checked per minute,
+and, with --faults, every fault kind was injected at least once. Prints a summary line with
+those counts and exits non-zero on any violation.
 With --faults the server also has a host tier, a disk tier and the Redis pool (a redis-server of
 its own on a free loopback port), and faults are injected while the clients run: Redis killed and
 restarted, disk records corrupted and truncated, the server killed (SIGKILL) at random points and
@@ -27,6 +32,7 @@ import random
 import re
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -128,7 +134,7 @@ class Soak:
         self.args, self.server, self.port = args, server, server.port
         self.lock = threading.Lock()
         self.stats = {"requests": 0, "ok": 0, "refused": 0, "aborted": 0, "sampled": 0, "choices_checked": 0,
-                      "cut_by_crash": 0}
+                      "cut_by_crash": 0, "references": 0}
         self.errors = []
         self.references = {}
 
@@ -138,11 +144,23 @@ class Soak:
                 self.errors.append(what)
 
     def reference(self, prompt):
-        status, _, j = complete(self.port, {"prompt": prompt, "max_tokens": 64, "temperature": 0})
+        """The greedy 64 tokens of `prompt` from `pagoda run` (its own process and engine), checked
+        against the server's answer to the same request alone."""
+        run = subprocess.run([self.args.bin, "run", "-m", self.args.model, "-p", prompt, "-n", "64", "--temp", "0",
+                              "--json", "--quiet"], capture_output=True, text=True, timeout=600)
+        if run.returncode != 0:
+            raise SystemExit(f"soak: pagoda run failed for the reference of {prompt!r}: {run.stderr[-2000:]}")
+        j = json.loads(run.stdout)
+        ref = (j["text"], j["finish_reason"])
+        status, _, s = complete(self.port, {"prompt": prompt, "max_tokens": 64, "temperature": 0})
         if status != 200:
-            raise SystemExit(f"soak: reference request failed: {status} {j}")
-        ch = j["choices"][0]
-        return ch["text"], ch["finish_reason"]
+            raise SystemExit(f"soak: reference request failed: {status} {s}")
+        got = (s["choices"][0]["text"], s["choices"][0]["finish_reason"])
+        if got != ref:
+            self.error(f"wrong tokens: the server's single request for {prompt!r} gave {got!r}, pagoda run {ref!r}")
+        with self.lock:
+            self.stats["references"] += 1
+        return ref
 
     def check_choice(self, prompt, text, finish, max_tokens):
         ref_text, ref_finish = self.references[prompt]
@@ -244,7 +262,7 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin/pagoda"))
     ap.add_argument("--model", default=os.path.join(os.environ.get("PAGODA_TEST_DATA", os.path.join(ROOT, "../shared")),
                                                     "models/stories260K/stories260K.gguf"))
-    ap.add_argument("--kv-cache-mem", default="512K", help="small: forces preemption and eviction")
+    ap.add_argument("--kv-cache-mem", default="256K", help="small (f16 KV, the default): forces preemption and eviction")
     ap.add_argument("--max-rss-growth", type=float, default=10.0, help="percent over the level after warm-up")
     ap.add_argument("--warm-up", type=float, default=10.0, help="seconds of load before the memory baseline")
     ap.add_argument("--rss-settle", type=float, default=45.0,
@@ -253,6 +271,10 @@ def main():
     ap.add_argument("--faults", action="store_true",
                     help="host + disk tiers and a Redis pool, with faults injected (bench/soak_faults.py)")
     ap.add_argument("--fault-every", type=float, default=10.0, help="seconds between two faults (--faults)")
+    ap.add_argument("--min-served", type=float, default=100.0,
+                    help="requests served per minute below which the soak fails (it proved nothing)")
+    ap.add_argument("--min-checked", type=float, default=100.0,
+                    help="greedy choices checked per minute below which the soak fails")
     args = ap.parse_args()
 
     workdir = tempfile.mkdtemp(prefix="pagoda-soak-")
@@ -265,7 +287,7 @@ def main():
         os.makedirs(disk_dir)
         redis = soak_faults.Redis(workdir)
         # Small tiers: the host tier and the disk tier fill and evict; every block is also in Redis.
-        cmd += ["--kv-host-mem", "256K", "--kv-disk-dir", disk_dir, "--kv-disk-mem", "2M",
+        cmd += ["--kv-host-mem", "128K", "--kv-disk-dir", disk_dir, "--kv-disk-mem", "2M",
                 "--kv-remote", f"redis://127.0.0.1:{redis.port}", "--kv-remote-timeout-ms", "200"]
     server = soak_faults.Server(cmd, port)
     try:
@@ -360,10 +382,20 @@ def main():
                 soak.error(f"the server's exit on SIGTERM was {code}, not 0; its last output:\n" +
                            "".join(list(server.log)[-40:]))
         st = soak.stats
+        # A soak that did too little proves nothing: fail it.
+        if st["ok"] < args.min_served * args.minutes:
+            soak.error(f"only {st['ok']} requests served, fewer than {args.min_served:g} a minute")
+        if st["choices_checked"] < args.min_checked * args.minutes:
+            soak.error(f"only {st['choices_checked']} greedy choices checked, fewer than {args.min_checked:g} a minute")
+        if faults:
+            missing = [k for k, n in faults.counts.items() if n == 0]
+            if missing:
+                soak.error("fault kinds never injected: " + ", ".join(missing))
         t = server.total
         server_aborts = t('pagoda_requests_finished_total{reason="abort"}')
         summary = (f"soak: {args.minutes:g} min, seed {args.seed}: {st['requests']} requests, {st['ok']} served "
-                   f"({st['choices_checked']} greedy choices checked, {st['sampled']} sampled), {st['aborted']} aborted by "
+                   f"({st['choices_checked']} greedy choices checked against {st['references']} `pagoda run` "
+                   f"references, {st['sampled']} sampled), {st['aborted']} aborted by "
                    f"their clients, {st['refused']} refused (429/503), preemptions {t('pagoda_preemptions_total'):.0f}, "
                    f"evicted blocks {t('pagoda_kv_evicted_blocks_total'):.0f}, aborts seen by the server "
                    f"{server_aborts:.0f}")

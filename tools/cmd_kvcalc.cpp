@@ -218,7 +218,8 @@ void print_table(const ResolvedModel& m, const kvcache::CapacityPlan& plan, cons
   if (cap) std::printf(" %10s %12s %9s", "blocks", "max tokens", "max seqs");
   std::printf("\n");
   for (const kvcache::KvPlanRow& r : plan.rows) {
-    std::printf("%-9s %12s %12lld %14s", std::string(kernels::kv_dtype_name(r.dtype)).c_str(),
+    const std::string name = std::string(kernels::kv_dtype_name(r.dtype)) + (r.dtype == kernels::KvDType::kF16 ? "*" : "");
+    std::printf("%-9s %12s %12lld %14s", name.c_str(),
                 bytes_per_token_text(r.bytes_per_token).c_str(), (long long)r.bytes_per_block,
                 kvcache::format_bytes(r.bytes_per_sequence).c_str());
     if (cap) {
@@ -236,6 +237,7 @@ void print_table(const ResolvedModel& m, const kvcache::CapacityPlan& plan, cons
   for (const auto& [d, why] : choice.skipped) {
     std::printf("(%s skipped: %s)\n", std::string(kernels::kv_dtype_name(d)).c_str(), why.c_str());
   }
+  std::printf("(* the default of pagoda run and serve: --kv-dtype f16)\n");
   if (!cap) std::printf("\n(add --mem BYTES for token and sequence capacity)\n");
 }
 

@@ -159,7 +159,7 @@ void register_router(CLI::App& app, const Clock& clock, Logger& logger, int& exi
   cmd->add_option("--http-threads", o->http_threads, "client connections served at once; one more gets 503 \"too many connections\"")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 beyond)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 31));
-  cmd->add_flag("-v,--verbose", o->verbose, "log more");
+  cmd->add_flag("-v,--verbose", o->verbose, "debug logging: each routing decision with the load and overlap of every worker");
   cmd->callback([o, &clock, &logger, &exit_code] { exit_code = run_router(*o, clock, logger); });
 }
 

@@ -41,8 +41,8 @@ struct ServeOptions {
   bool salt_per_api_key = false;
   std::string chat_template;  // family name; "" = from the model, else the fallback
   std::string model_name;     // "" = the file stem, else general.name
-  int64_t max_num_seqs = 64;
-  int64_t max_num_batched_tokens = 512;
+  int64_t max_num_seqs = 0;            // 0: 64, at most the tokens per step
+  int64_t max_num_batched_tokens = 0;  // 0: -b (the rows of one forward pass)
   double step_budget_ms = 100;
   int64_t max_waiting = 256;
   int max_choices = 16;
@@ -260,8 +260,22 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   };
 
   engine::ServingConfig serving_config;
-  serving_config.max_num_seqs = o.max_num_seqs;
-  serving_config.max_num_batched_tokens = o.max_num_batched_tokens;
+  // Honoured as given or refused with the limit named; never clamped behind the user's back.
+  const int64_t rows = eng.max_batch_tokens();
+  if (o.max_num_batched_tokens > rows) {
+    return fail(Status::invalid_argument("--max-num-batched-tokens " + std::to_string(o.max_num_batched_tokens) +
+                                         " is more than one forward pass takes (-b/--batch-size " +
+                                         std::to_string(rows) + "): raise -b or lower it"));
+  }
+  serving_config.max_num_batched_tokens = o.max_num_batched_tokens > 0 ? o.max_num_batched_tokens : rows;
+  if (o.max_num_seqs > serving_config.max_num_batched_tokens) {
+    return fail(Status::invalid_argument(
+        "--max-num-seqs " + std::to_string(o.max_num_seqs) + " is more than the tokens per step (" +
+        std::to_string(serving_config.max_num_batched_tokens) +
+        ", --max-num-batched-tokens / -b): every running sequence needs a token of each step"));
+  }
+  serving_config.max_num_seqs =
+      o.max_num_seqs > 0 ? o.max_num_seqs : std::min<int64_t>(64, serving_config.max_num_batched_tokens);
   serving_config.step_budget_ms = o.step_budget_ms;
   serving_config.max_waiting = o.max_waiting;
   serving_config.max_pinned_share = o.max_pinned_share;
@@ -345,11 +359,14 @@ void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit
   cmd->add_option("--chat-template", options->chat_template,
                   "chat template family: " + server::chat_family_names() + " (default: from the model, else chatml)");
   cmd->add_option("--model-name", options->model_name, "the model's name in the API (default: the file stem; the built-in model: its general.name)");
-  cmd->add_option("--max-num-seqs", options->max_num_seqs, "sequences per engine step")->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-num-seqs", options->max_num_seqs,
+                  "sequences per engine step (default 64, at most --max-num-batched-tokens; more is refused)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--http-read-timeout", options->http_read_timeout,
                   "seconds a connection may stay silent (idle, or mid-request) before it is closed")
       ->check(CLI::Range(1, 3600));
-  cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens, "tokens per engine step")
+  cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens,
+                  "tokens per engine step (default and most: -b, the rows of one forward pass; more is refused)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--step-budget-ms", options->step_budget_ms,
                   "while requests decode, cut prefill chunks so that a step's estimated time stays within this "

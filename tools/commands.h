@@ -19,7 +19,8 @@ struct EngineOptions {
   int threads = 0;
   std::string kv_cache_mem;  // "" = default
   int64_t block_size = 16;
-  std::string kv_dtype = "f32";  // kernels::kv_dtype_name
+  std::string matmul_precision = "auto";  // --matmul-precision: auto or f32
+  std::string kv_dtype = "f16";  // kernels::kv_dtype_name; f16 by default, as llama.cpp's and vLLM's caches
   std::string kv_layout = "nd";  // "nd" | "nz"
   int64_t ctx_size = 0;
   int64_t batch_size = 512;

@@ -16,19 +16,23 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_option("-t,--threads", o.threads, "compute threads (default: all cores)");
   app.add_option("--kv-cache-mem", o.kv_cache_mem, "KV cache budget, e.g. 512M, 2G (default: 4 contexts, at most 2 GiB)");
   app.add_option("--block-size", o.block_size, "tokens per KV block")->check(CLI::Range(1, 4096));
-  app.add_option("--kv-dtype", o.kv_dtype, "KV cache element format: f32, f16, bf16, fp8-e4m3, fp8-e5m2, int8, int4")
+  app.add_option("--kv-dtype", o.kv_dtype, "KV cache element format: f16 (default), f32, bf16, fp8-e4m3, fp8-e5m2, int8, int4")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2", "int8", "int4"}));
   app.add_option("--kv-layout", o.kv_layout, "KV block layout: nd, or nz (f32/f16/bf16, block size a multiple of 16)")
       ->check(CLI::IsMember({"nd", "nz"}));
   app.add_option("-c,--ctx-size", o.ctx_size, "context length (default: the model's)");
   app.add_option("-b,--batch-size", o.batch_size, "rows per forward pass (prefill chunk)")->check(CLI::Range(1, 65536));
-  app.add_flag("-v,--verbose", o.verbose, "log more");
+  app.add_flag("-v,--verbose", o.verbose, "debug logging: each step's scheduling decisions (serve), each tier load-or-recompute decision, the kernels chosen");
   app.add_flag("-q,--quiet", o.quiet, "no progress bars (drawn only when stderr is a terminal)");
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "do not reuse cached KV of earlier prompts");
   app.add_flag("--batched-bf16", o.batched_bf16,
                "f16/bf16 weights: held as bf16 (f16 rounded once at load) and batched decode steps of 16+ sequences "
                "multiply in bf16 (faster; a sequence's logits then vary, at bf16 rounding, with how many others "
                "share its step)");
+  app.add_option("--matmul-precision", o.matmul_precision,
+                 "arithmetic of f16/bf16 weights: auto (default: the fastest this CPU has; bf16 prefill with "
+                 "AVX512-BF16, AMX tiles) or f32 (f32 on every path); the start-up log states which")
+      ->check(CLI::IsMember({"auto", "f32"}));
   app.add_option("--isa", o.isa,
                  std::string("kernels' instruction set: scalar, avx2, avx512 or amx, at most what this CPU has (default: "
                              "the best it has, here ") + kernels::isa_name(kernels::detect_isa()) + ")")
@@ -76,6 +80,7 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
   config.kv_layout = *kv_layout;
   config.enable_prefix_caching = !o.no_prefix_cache;
   config.batched_bf16 = o.batched_bf16;
+  config.f32_matmul = o.matmul_precision == "f32";
   if (!o.isa.empty()) {
     const auto isa = kernels::isa_from_name(o.isa);
     if (!isa) return Status::error("unknown --isa '" + o.isa + "' (scalar, avx2, avx512, amx)");

@@ -30,6 +30,24 @@ function loadOne(dir, name) {
 }
 // Every round's run of `name` that succeeded at all.
 const load = (name) => roundDirs.map((d) => loadOne(d, name)).filter((j) => j != null);
+// " (k of N rounds)" when some round's run of `name` is missing or failed: the cell says what it has.
+const rounds = (runs) => (runs.length < roundDirs.length ? ` (${runs.length} of ${roundDirs.length} rounds)` : "");
+// The median over rounds of f(a) / f(b) with both from the same round, and its min-max: rounds
+// in which either run is missing do not count (and the cell says how many did).
+function paired(nameA, nameB, f) {
+    const r = [];
+    for (const d of roundDirs) {
+        const a = loadOne(d, nameA), b = loadOne(d, nameB);
+        if (a != null && b != null && f(b) > 0)
+            r.push(f(a) / f(b));
+    }
+    if (r.length === 0)
+        return "-";
+    const m = median(r);
+    const spread = r.length > 1 ? ` (${Math.min(...r).toFixed(2)}–${Math.max(...r).toFixed(2)})` : "";
+    const count = r.length < roundDirs.length ? ` [${r.length} of ${roundDirs.length} rounds]` : "";
+    return `${m.toFixed(2)}x${spread}${count}`;
+}
 function median(values) {
     const v = values.filter((x) => x != null && Number.isFinite(x)).sort((x, y) => x - y);
     if (v.length === 0)
@@ -59,9 +77,11 @@ out.push("|---:|---:|---:|---:|---:|---:|---:|---:|");
 for (const c of levels) {
     const p = load(`pagoda-c${c}.json`), p1 = load(`pagoda-seq1-c${c}.json`);
     const l = load(`llama-s16-c${c}.json`), l1 = load(`llama-s1-c${c}.json`);
-    out.push(`| ${c} | ${fmt(tps(p))}${failed(p)} | ${fmt(tps(p1))}${failed(p1)} | ${fmtRatio(ratio(tps(p), tps(p1)))} ` +
-        `| ${fmt(tps(l))}${failed(l)} | ${fmt(tps(l1))}${failed(l1)} | ${fmtRatio(ratio(tps(l), tps(l1)))} ` +
-        `| ${fmtRatio(ratio(tps(p), tps(l)))} |`);
+    out.push(`| ${c} | ${fmt(tps(p))}${failed(p)}${rounds(p)} | ${fmt(tps(p1))}${failed(p1)}${rounds(p1)} ` +
+        `| ${paired(`pagoda-c${c}.json`, `pagoda-seq1-c${c}.json`, tps1)} ` +
+        `| ${fmt(tps(l))}${failed(l)}${rounds(l)} | ${fmt(tps(l1))}${failed(l1)}${rounds(l1)} ` +
+        `| ${paired(`llama-s16-c${c}.json`, `llama-s1-c${c}.json`, tps1)} ` +
+        `| ${paired(`pagoda-c${c}.json`, `llama-s16-c${c}.json`, tps1)} |`);
 }
 out.push("");
 out.push("### Multi-turn chat: prefix cache on vs off");
@@ -75,8 +95,10 @@ for (const [name, prefix] of [["Pagoda", "pagoda"], ["llama.cpp", "llama"]]) {
         const h = med(runs, (j) => j.summary.prefix_cache_hit_rate);
         return h == null ? "-" : `${(h * 100).toFixed(1)}%`;
     };
-    out.push(`| ${name} | ${fmt(t(on, "p50"))} / ${fmt(t(off, "p50"))} | ${fmtRatio(ratio(t(off, "p50"), t(on, "p50")))} ` +
-        `| ${fmt(t(on, "p99"))} / ${fmt(t(off, "p99"))} | ${fmtRatio(ratio(t(off, "p99"), t(on, "p99")))} ` +
+    const ttft = (q) => (j) => j.summary.ttft_ms[q];
+    out.push(`| ${name} | ${fmt(t(on, "p50"))} / ${fmt(t(off, "p50"))}${rounds(on)} ` +
+        `| ${paired(`${prefix}-mt-off.json`, `${prefix}-mt-on.json`, ttft("p50"))} ` +
+        `| ${fmt(t(on, "p99"))} / ${fmt(t(off, "p99"))} | ${paired(`${prefix}-mt-off.json`, `${prefix}-mt-on.json`, ttft("p99"))} ` +
         `| ${hit(on)} / ${hit(off)} | ${fmt(tps(on))} / ${fmt(tps(off))} |`);
 }
 const any = [...load(`pagoda-c${levels[0]}.json`), ...load(`llama-s16-c${levels[0]}.json`)][0];
@@ -86,6 +108,8 @@ if (any != null) {
     out.push(`Random workload: prompts of ${c.prompt_len.join("-")} words, ${c.output_len.join("-")} output tokens ` +
         `(ignore_eos), seed ${c.seed - Number(levels[0])} + concurrency. Ratios: throughput over the one-at-a-time server at the same concurrency; ` +
         "multi-turn TTFT ratios are off/on (higher: the cache helps more). " +
-        `Medians of ${roundDirs.length} round(s); "failed": requests over all rounds (counted as full replies).`);
+        `Rates are medians of ${roundDirs.length} round(s); ratios are medians of the per-round ratios ` +
+        "(min–max), each round pairing runs made back to back; a cell built from fewer rounds says so; " +
+        `"failed": requests over all rounds (counted as full replies).`);
 }
 process.stdout.write(out.join("\n") + "\n");

@@ -19,7 +19,9 @@
 # rounds and llama.cpp first in even ones; a row's ratio is the median of the per-round ratios
 # (with their min-max), its numbers the medians over rounds. Both use `--threads T` (default 2),
 # llama.cpp with -mmp 0 (no mmap) and its default F16 KV cache; Pagoda with --kv-dtype f16
-# (PAGODA_KV=... to change); PAGODA_BATCHED_BF16=1 runs Pagoda's batched16 / http16 rows
+# (PAGODA_KV=... to change); PAGODA_MATMUL=f32 runs Pagoda with --matmul-precision f32 (f16
+# weights in f32 on every path, as llama.cpp's CPU backend; default auto: bf16 prefill where the
+# CPU has AVX512-BF16); PAGODA_BATCHED_BF16=1 runs Pagoda's batched16 / http16 rows
 # with --batched-bf16. Model files go to MODEL_DIR (default /work/models), made once with
 # `pagoda make-model`. Raw outputs and table.md go to --out (default /tmp/pagoda-peer/DATE).
 # Needs a Release build (BUILD_DIR, default build/) and the native peer (PAGODA_PEER_CACHE,
@@ -34,6 +36,7 @@ PEER_BIN="${PAGODA_PEER_CACHE:-/work/cache}/llama.cpp/build/bin"
 MODEL_DIR="${MODEL_DIR:-/work/models}"
 PAGODA_KV="${PAGODA_KV:-f16}"
 PAGODA_BATCHED_BF16="${PAGODA_BATCHED_BF16:-0}"
+PAGODA_MATMUL="${PAGODA_MATMUL:-auto}"
 BF16_FLAG=()
 [[ "$PAGODA_BATCHED_BF16" == 1 ]] && BF16_FLAG=(--batched-bf16)
 ROUNDS=3
@@ -98,12 +101,12 @@ if has_row tl_q4km; then TLQ4="$(model tinyllama-1.1b q4_k_m)"; fi
   echo "{\"cpu\": \"$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)\","
   echo " \"pagoda_commit\": \"$(git -C "$REPO" rev-parse --short HEAD)\","
   echo " \"llama_cpp_commit\": \"$(git -C "$PEER_BIN/../.." rev-parse --short HEAD 2>/dev/null || echo unknown)\","
-  echo " \"isa\": \"${ISA:-best}\", \"threads\": $THREADS, \"rounds\": $ROUNDS, \"pagoda_kv\": \"$PAGODA_KV\", \"batched_bf16\": $PAGODA_BATCHED_BF16, \"date\": \"$(date -u +%FT%TZ)\"}"
+  echo " \"isa\": \"${ISA:-best}\", \"threads\": $THREADS, \"rounds\": $ROUNDS, \"pagoda_kv\": \"$PAGODA_KV\", \"batched_bf16\": $PAGODA_BATCHED_BF16, \"matmul_precision\": \"$PAGODA_MATMUL\", \"date\": \"$(date -u +%FT%TZ)\"}"
 } > "$OUT/meta.json"
 "$BUILD_DIR/bin/membw_bench" --json --threads 2 > "$OUT/membw.json" 2>/dev/null || true
 "$BUILD_DIR/bin/peak_flops_bench" "$THREADS" --json > "$OUT/peak.json" || true
 
-pg() { "$PAGODA" bench --threads "$THREADS" --kv-dtype "$PAGODA_KV" "${ISA_FLAG[@]}" -r 1 --json --quiet "$@"; }
+pg() { "$PAGODA" bench --threads "$THREADS" --kv-dtype "$PAGODA_KV" --matmul-precision "$PAGODA_MATMUL" "${ISA_FLAG[@]}" -r 1 --json --quiet "$@"; }
 lb() { "$PEER_BIN/llama-bench" -t "$THREADS" -mmp 0 -r 1 -o json "$@" 2>/dev/null; }
 
 BASE_PORT="${PORT:-18383}"
@@ -144,8 +147,8 @@ run_half() {  # row round side: one engine's run of a row
       else lb -m "$M110" -p 0 -n 128 -d 1900 > "$o.llama.json"; fi ;;
     batched16)  # serving_bench has no warm-up of its own: a small untimed run first
       if ((pg_side)); then
-        "$BUILD_DIR/bin/serving_bench" "$M110" 4 16 4 "$THREADS" 512 0 100 "$PAGODA_BATCHED_BF16" "$PAGODA_KV" "${ISA:-best}" > /dev/null
-        "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" 512 0 100 "$PAGODA_BATCHED_BF16" "$PAGODA_KV" "${ISA:-best}" > "$o.pagoda.txt"
+        "$BUILD_DIR/bin/serving_bench" "$M110" 4 16 4 "$THREADS" 512 0 100 "$PAGODA_BATCHED_BF16" "$PAGODA_KV" "${ISA:-best}" "$PAGODA_MATMUL" > /dev/null
+        "$BUILD_DIR/bin/serving_bench" "$M110" 16 64 64 "$THREADS" 512 0 100 "$PAGODA_BATCHED_BF16" "$PAGODA_KV" "${ISA:-best}" "$PAGODA_MATMUL" > "$o.pagoda.txt"
       else
         "$PEER_BIN/llama-batched-bench" -m "$M110" -t "$THREADS" --no-mmap -c 4096 -b 2048 -ub 512 \
           -npp 64 -ntg 64 -npl 16 --output-format jsonl 2>/dev/null > "$o.llama.jsonl"
@@ -153,7 +156,8 @@ run_half() {  # row round side: one engine's run of a row
     http16)  # a fresh port per server: the previous one's connections linger in TIME_WAIT
       if ((pg_side)); then
         PORT=$(( BASE_PORT + 2 * r ))
-        serve_bench "$o.pagoda.json" "$PAGODA" serve -m "$M110" --port "$PORT" --threads "$THREADS" --kv-dtype "$PAGODA_KV" "${ISA_FLAG[@]}" --http-threads 256 \
+        serve_bench "$o.pagoda.json" "$PAGODA" serve -m "$M110" --port "$PORT" --threads "$THREADS" --kv-dtype "$PAGODA_KV" \
+          --matmul-precision "$PAGODA_MATMUL" "${ISA_FLAG[@]}" --http-threads 256 \
           "${BF16_FLAG[@]}"
       else
         PORT=$(( BASE_PORT + 2 * r + 1 ))

@@ -190,6 +190,7 @@ def main():
           f"CPU {meta.get('cpu', '?')}, {meta['threads']} threads, "
           f"median of {meta['rounds']} interleaved rounds, Pagoda KV {meta['pagoda_kv']}, llama.cpp KV f16, "
           f"{'Pagoda --batched-bf16 in the 16-sequence rows, ' if meta.get('batched_bf16') else ''}"
+          f"Pagoda --matmul-precision {meta.get('matmul_precision', 'auto')}, "
           f"{meta['date']}; read bandwidth {bw if bw else '?'} GB/s, f32 FMA peak {f32_peak or '?'} GFLOP/s"
           + ("" if avx2 else f", bf16 peak {bf16_peak or '?'} GFLOP/s, int8 VNNI peak {int8_peak or '?'} GOP/s") + "\n")
     print("| work (same GGUF) | llama.cpp native | Pagoda | ratio | roofline | Pagoda % of roofline |")

@@ -41,8 +41,28 @@ std::string batched_bf16_ignored(kernels::Isa isa) {
 
 }  // namespace
 
+std::string describe_matmul_precision(kernels::Isa isa, bool f32_matmul, bool batched_bf16) {
+  std::string half;  // F16/BF16 weights
+  if (f32_matmul) {
+    half = "f32 (--matmul-precision f32)";
+  } else if (isa == kernels::Isa::kAmx) {
+    half = "prefill on AMX bf16 tiles, hi + lo parts (within 2^-16 of f32), decode and batched steps f32";
+  } else if (kernels::batched_bf16_runs(isa)) {
+    half = std::string("prefill in bf16 (AVX512-BF16, within 2^-7 of f32; --matmul-precision f32 to keep f32), ") +
+           (batched_bf16 ? "batched steps in bf16 (--batched-bf16)" : "decode and batched steps f32");
+  } else {
+    half = "f32";
+  }
+  return "f16/bf16 weights " + half + "; quantized weights int8 dot products with x quantized to 8 bits (" +
+         kernels::isa_name(isa) + " kernels)";
+}
+
 Status prepare_batched_bf16(model::LlamaModel& model, EngineConfig& config, const Logger& logger) {
   if (!config.batched_bf16) return Status::ok();
+  if (config.f32_matmul) {
+    return Status::invalid_argument("--batched-bf16 multiplies batched steps in bf16; --matmul-precision f32 keeps "
+                                    "f32 arithmetic: choose one");
+  }
   if (!kernels::batched_bf16_runs(config.isa)) {
     logger.warn(batched_bf16_ignored(config.isa));
     config.batched_bf16 = false;
@@ -66,6 +86,10 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   if (config.isa > kernels::detect_isa()) {
     return Status::invalid_argument(std::string("--isa ") + kernels::isa_name(config.isa) + ": this CPU runs at most " +
                                     kernels::isa_name(kernels::detect_isa()));
+  }
+  if (config.f32_matmul && config.batched_bf16) {
+    return Status::invalid_argument("--batched-bf16 multiplies batched steps in bf16; --matmul-precision f32 keeps "
+                                    "f32 arithmetic: choose one");
   }
   const bool batched_bf16 = config.batched_bf16 && kernels::batched_bf16_runs(config.isa);
   if (config.batched_bf16 && !batched_bf16) logger.warn(batched_bf16_ignored(config.isa));
@@ -120,7 +144,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   e->kv_format_key_ = kvcache::hash_string(std::string(kernels::kv_dtype_name(layout.dtype)) + "/" +
                                            std::string(kernels::kv_layout_name(layout.layout)) + "/" +
                                            std::to_string(layout.block_size) +
-                                           (batched_bf16 ? "/batched-bf16" : ""));  // other numbers, other KV
+                                           (batched_bf16 ? "/batched-bf16" : "") +
+                                           (config.f32_matmul ? "/f32-matmul" : ""));  // other numbers, other KV
   for (int64_t l = 0; l < mc.n_layer; ++l) {
     e->kv_views_.push_back(e->pool_->layer_view(mc.kv_cache_layer.empty() ? l : mc.kv_cache_layer[l]));
   }
@@ -136,6 +161,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
   e->forward_ = std::make_unique<model::ForwardPass>(*e->model_, *e->pool_threads_, e->max_batch_tokens_, e->max_context_,
                                                      config.isa);
   e->forward_->set_batched_bf16(batched_bf16);
+  e->forward_->set_f32_precision(config.f32_matmul);
+  logger.info(std::string("matmul precision: ") + describe_matmul_precision(config.isa, config.f32_matmul, batched_bf16));
   logger.debug(std::string("kernels: ") + kernels::isa_name(config.isa) + " (this CPU: " +
                kernels::isa_name(kernels::detect_isa()) + ")");
   e->tokens_.resize(e->max_batch_tokens_);

@@ -77,6 +77,11 @@ struct EngineConfig {
   // Where the bf16 GEMM does not run (kernels::batched_bf16_runs: AVX2, AMX, no AVX512-BF16) it
   // is ignored with a warning: nothing would go faster, and rounded weights would lose accuracy.
   bool batched_bf16 = false;
+  // `--matmul-precision f32`: F16/BF16 weights multiply in f32 on every path
+  // (kernels::Matmul::set_f32_precision), never in bf16; prefill is then slower where the
+  // bf16 GEMM or AMX would run. Default (`auto`): the fastest arithmetic the ISA has, stated in
+  // the start-up log. Not with batched_bf16 (refused). Its KV is another format key.
+  bool f32_matmul = false;
   // The kernels' instruction set (kernels/matmul.h, `--isa`): by default the best this CPU runs; a
   // lower one runs that ISA's paths (one host tests them all). One the CPU lacks is refused.
   kernels::Isa isa = kernels::detect_isa();
@@ -86,6 +91,9 @@ struct EngineConfig {
 // model's F16 weights to BF16 (LlamaModel::round_f16_weights_to_bf16); elsewhere warns and
 // turns config.batched_bf16 off, leaving the weights as they are.
 Status prepare_batched_bf16(model::LlamaModel& model, EngineConfig& config, const Logger& logger);
+
+// The start-up log's line on the arithmetic of the weight matmuls on `isa` (kernels/matmul.h).
+std::string describe_matmul_precision(kernels::Isa isa, bool f32_matmul, bool batched_bf16);
 
 struct GenerateRequest {
   std::vector<int32_t> prompt;           // token ids, BOS included if wanted

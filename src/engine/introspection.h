@@ -49,7 +49,8 @@ HistogramSummary summarize(const Histogram& h);
 
 struct TierSnapshot {
   std::string tier;              // "pool", then each tier below it: "host", "disk", "redis"
-  std::string medium;            // KV events' medium: "GPU" for the pool (the device), "CPU", ...
+  std::string medium;            // KV events' medium: "GPU" for the pool (vLLM's name for it), "CPU", ...
+  std::string memory;            // what holds it: "host DRAM" (the pool, on this CPU engine), "disk", "Redis"
   bool enabled = true;           // false once a tier has stopped after a fault
   int64_t capacity_blocks = 0;
   int64_t used_blocks = 0;       // pool: in use + cached; a tier: records it holds

@@ -72,7 +72,8 @@ void snapshot_pool(const kvcache::BlockManager& bm, bool block_map, KvSnapshot& 
   }
   TierSnapshot row;
   row.tier = "pool";
-  row.medium = "GPU";
+  row.medium = "GPU";          // on the wire, as vLLM's events name the pool
+  row.memory = "host DRAM";    // what it is: Pagoda's pool lives in host memory
   row.capacity_blocks = out.num_blocks;
   row.used_blocks = out.blocks_in_use + out.blocks_cached;
   row.evictions = bm.stats().num_evictions;
@@ -88,6 +89,7 @@ void snapshot_tiers(const kvcache::TierStack& tiers, KvSnapshot& out) {
     TierSnapshot row;
     row.tier = std::string(tier.name());
     row.medium = std::string(tier.medium());
+    row.memory = std::string(tier.memory());
     row.enabled = tier.enabled();
     row.capacity_blocks = st.capacity_blocks;
     row.used_blocks = st.used_blocks;

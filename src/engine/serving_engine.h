@@ -136,6 +136,8 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector, pub
   void deliver(Request& r);
   void set_cached_usage(Request& r, const SchedSequence& s);  // cached_tokens (+ per tier)
   void note_loaded_blocks(const SchedSequence& s);  // Engine::note_loaded for a finished load
+  // Debug level (-v): one line per step with the scheduler's decisions (allocates: debug only).
+  void log_step_plan(const StepPlan& plan) const;
   void fork_choices(Request& r);
   void publish_metrics();
   void run_integrity_checks();  // on the loop thread, between steps

@@ -22,6 +22,31 @@ void ServingEngineImpl::set_cached_usage(Request& r, const SchedSequence& s) {
   }
 }
 
+void ServingEngineImpl::log_step_plan(const StepPlan& plan) const {
+  int64_t decodes = 0, prefill_tokens = 0;
+  for (const ScheduledSeq& s : plan.scheduled) {
+    if (s.n_tokens == 1 && s.begin + 1 == static_cast<int64_t>(s.seq->tokens.size())) {
+      ++decodes;
+    } else {
+      prefill_tokens += s.n_tokens;
+    }
+  }
+  std::string line = "step " + std::to_string(loop_metrics_.steps + 1) + ": " + std::to_string(plan.scheduled.size()) +
+                     " sequences (" + std::to_string(decodes) + " decoding, " +
+                     std::to_string(plan.scheduled.size() - static_cast<size_t>(decodes)) + " prefilling " +
+                     std::to_string(prefill_tokens) + " tokens), " + std::to_string(plan.num_tokens) + " tokens";
+  if (!plan.admitted.empty()) {
+    line += "; admitted " + std::to_string(plan.admitted.size()) + " (prefix hit " +
+            std::to_string(plan.prefix_hit_tokens) + " of " + std::to_string(plan.prefix_queried_tokens) + " tokens)";
+  }
+  if (!plan.preempted.empty()) line += "; preempted " + std::to_string(plan.preempted.size());
+  if (!plan.loaded.empty()) line += "; loads done " + std::to_string(plan.loaded.size());
+  if (plan.swapped_out_blocks > 0) line += "; swapped out " + std::to_string(plan.swapped_out_blocks) + " blocks";
+  line += "; waiting " + std::to_string(scheduler_.num_waiting()) + ", available blocks " +
+          std::to_string(engine_->block_manager().num_available_blocks());
+  engine_->logger().debug(line);
+}
+
 void ServingEngineImpl::note_loaded_blocks(const SchedSequence& s) {
   // The confirmed blocks follow the pool hit in the order of s.load_runs.
   const kvcache::BlockManager& bm = engine_->block_manager();
@@ -59,7 +84,9 @@ void ServingEngineImpl::admit_new(Submitted& s) {
     SamplingParams p = r->req.sampling;
     p.seed = r->req.sampling.seed + static_cast<uint64_t>(i);
     r->choices.emplace_back(i, p, n_vocab_);
-    r->choices.back().text.emplace(*tokenizer_, r->req.stop);
+    // The text continues the prompt: a completion's first piece keeps its space (" shining"
+    // after "The sun was"), as decoding prompt + completion together gives.
+    r->choices.back().text.emplace(*tokenizer_, r->req.stop, r->req.prompt.empty() ? -1 : r->req.prompt.back());
   }
   const kvcache::KvNamespace ns = engine_->kv_namespace(r->req.cache_salt);
   const kvcache::KvSelectParams select = r->req.kv_select.value_or(kvcache::KvSelectParams{});  // resolved at submit
@@ -207,6 +234,7 @@ bool ServingEngineImpl::step_locked_out() {
 
   const StepPlan& plan = scheduler_.schedule();
   const int64_t now = clock_->now_ns();
+  if (engine_->logger().level() <= LogLevel::kDebug) log_step_plan(plan);  // -v: each step's decisions
   for (const SchedSequence* s : plan.preempted) {
     ++owners_.at(s->id).request->usage.preemptions;
     ++loop_metrics_.preemptions;

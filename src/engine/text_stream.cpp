@@ -4,8 +4,8 @@
 
 namespace pagoda::engine {
 
-TextStream::TextStream(const model::Tokenizer& tokenizer, std::vector<std::string> stops)
-    : decoder_(tokenizer), stops_(std::move(stops)) {
+TextStream::TextStream(const model::Tokenizer& tokenizer, std::vector<std::string> stops, int32_t previous)
+    : decoder_(tokenizer, previous), stops_(std::move(stops)) {
   for (const std::string& s : stops_) CHECK(!s.empty()) << "empty stop string";
 }
 

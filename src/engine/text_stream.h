@@ -19,8 +19,9 @@ namespace pagoda::engine {
 
 class TextStream {
  public:
-  // The tokenizer must outlive the stream. Precondition: no empty stop string.
-  TextStream(const model::Tokenizer& tokenizer, std::vector<std::string> stops);
+  // The tokenizer must outlive the stream. Precondition: no empty stop string. previous: the
+  // last prompt token (-1: none), so the text continues the prompt (model::StreamDecoder).
+  TextStream(const model::Tokenizer& tokenizer, std::vector<std::string> stops, int32_t previous = -1);
 
   // Appends the text this token releases to `out`; true when a stop string completed (then
   // push/finish must not be called again).

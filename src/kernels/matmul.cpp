@@ -339,7 +339,7 @@ Matmul::Matmul(ThreadPool& pool, int64_t max_tokens, int64_t max_in, int64_t max
 Matmul::~Matmul() = default;
 
 bool Matmul::uses_bf16(const WeightView& w) const {
-  return bf16_ != nullptr && (w.dtype == DType::kF16 || w.dtype == DType::kBF16) && !uses_amx(w);
+  return !f32_precision_ && bf16_ != nullptr && half_weights(w.dtype) && !uses_amx(w);
 }
 
 bool Matmul::uses_f32(const WeightView& w) const { return f32_gemm_ && f32_ != nullptr && detail::f32_gemm_weights(w); }

@@ -131,8 +131,16 @@ class Matmul {
   Path path(const WeightView& w, int64_t n_tokens) const;
   // Whether prefill against these weights runs on AMX tiles (see the paths above).
   bool uses_amx(const WeightView& w) const {
-    return amx_ && w.dtype != DType::kF32 && w.n_in % 32 == 0;
+    return amx_ && w.dtype != DType::kF32 && w.n_in % 32 == 0 && !(f32_precision_ && half_weights(w.dtype));
   }
+  // On: F16/BF16 weights keep f32 arithmetic on every path (EngineConfig::f32_matmul,
+  // `--matmul-precision f32`): no bf16 GEMM, no AMX bf16 tiles, no set_batched_bf16; they take
+  // the f32 GEMM, the decode kernels or dequantize + sgemm (matmul_reference to float
+  // rounding). Quantized weights keep their paths (x is quantized to 8 bits there, as llama.cpp
+  // does). Off (default, `auto`): the fastest path the ISA has.
+  void set_f32_precision(bool on) { f32_precision_ = on; }
+  bool f32_precision() const { return f32_precision_; }
+  static bool half_weights(DType dtype) { return dtype == DType::kF16 || dtype == DType::kBF16; }
   // Whether prefill against these weights runs the int8 GEMM (kernels/matmul_int8.h): quantized
   // weights on Isa::kAvx2 and Isa::kAvx512 without AMX, unless set_int8_gemm(false). Its
   // arithmetic is matmul_decode_reference's.
@@ -200,6 +208,7 @@ class Matmul {
   bool batched_bf16_ = false;                  // set_batched_bf16
   bool f32_gemm_ = true;                       // set_f32_gemm
   bool int8_gemm_ = true;                      // set_int8_gemm
+  bool f32_precision_ = false;                 // set_f32_precision
   // x quantized to Q8_0 for the integer decode kernels (layout: kernels/matmul_isa.h).
   // Decode tokens: min(max_tokens, kDecodeMaxTokens), in groups of kDecodeGroupTokens.
   int64_t decode_groups_ = 0;                  // ceil(decode tokens / kDecodeGroupTokens)

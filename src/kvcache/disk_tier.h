@@ -128,6 +128,7 @@ class DiskTier final : public Tier {
 
   std::string_view name() const override { return "disk"; }
   std::string_view medium() const override { return "DISK"; }
+  std::string_view memory() const override { return "disk"; }
   bool enabled() const override { return enabled_; }
   std::string disabled_reason() const override { return disabled_reason_; }
 

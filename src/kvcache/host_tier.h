@@ -54,6 +54,7 @@ class HostTier final : public Tier {
 
   std::string_view name() const override { return "host"; }
   std::string_view medium() const override { return "CPU"; }
+  std::string_view memory() const override { return "host DRAM"; }
   bool enabled() const override { return true; }
 
   TierOpId lookup(std::span<const BlockHash> chain) override;

@@ -81,7 +81,7 @@ std::string describe_kv_pool(const KvLayout& layout, const KvPoolPlan& plan) {
   const double v_per_token = static_cast<double>(layout.v_block_bytes()) / (layout.block_size * layout.n_kv_head);
   char buf[640];
   std::snprintf(buf, sizeof(buf),
-                "KV cache: %s %s, %lld B/token (%lld layers x %lld kv heads x (K %g + V %g B), head dim %lld), "
+                "KV cache in host DRAM: %s %s, %lld B/token (%lld layers x %lld kv heads x (K %g + V %g B), head dim %lld), "
                 "block %lld tokens = %s, %lld blocks = %s, capacity %lld tokens",
                 std::string(kernels::kv_dtype_name(layout.dtype)).c_str(),
                 std::string(kernels::kv_layout_name(layout.layout)).c_str(), (long long)layout.bytes_per_token(),

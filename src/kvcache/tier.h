@@ -121,6 +121,9 @@ class Tier {
   virtual ~Tier() = default;
   virtual std::string_view name() const = 0;    // "host", "disk", "redis": the `tier` label
   virtual std::string_view medium() const = 0;  // KV events' medium: "CPU", "DISK", "REDIS"
+  // What holds the records, for people (the dashboard, /v1/kv/stats): "host DRAM", "disk", "Redis".
+  // The events keep vLLM's medium names on the wire; this names the hardware that is there.
+  virtual std::string_view memory() const { return medium(); }
   virtual bool enabled() const = 0;             // false after a fault it cannot recover from
   virtual std::string disabled_reason() const { return {}; }
 

@@ -100,6 +100,8 @@ class ForwardPass {
   // Batched decode steps (16+ rows) of F16/BF16 weights through the bf16 GEMM
   // (kernels::Matmul::set_batched_bf16): faster, but a row's numbers depend on its batch.
   void set_batched_bf16(bool on) { matmul_.set_batched_bf16(on); }
+  // F16/BF16 weights in f32 arithmetic on every path (kernels::Matmul::set_f32_precision).
+  void set_f32_precision(bool on) { matmul_.set_f32_precision(on); }
   // Attention mask of every layer (kernels::AttentionParams): starts as the model's
   // sliding_window without sinks; the engine's StreamingLLM mode sets its own window + sinks.
   void set_attention_mask(int64_t window, int64_t n_sinks) {

@@ -334,8 +334,9 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   return out;
 }
 
-StreamDecoder::StreamDecoder(const Tokenizer& tokenizer)
-    : tokenizer_(&tokenizer), strip_space_(tokenizer.vocab().add_space_prefix) {}
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, int32_t previous)
+    : tokenizer_(&tokenizer),
+      strip_space_(tokenizer.vocab().add_space_prefix && (previous < 0 || previous == tokenizer.vocab().bos_id)) {}
 
 std::string StreamDecoder::push(int32_t id) {
   tokenizer_->append_piece(id, strip_space_, pending_);

@@ -166,7 +166,11 @@ class Tokenizer {
 // outlive the decoder.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tokenizer);
+  // previous: the token just before the first one pushed (a generation's last prompt token), or
+  // -1 at the start of a sequence. The first piece's leading space is dropped only where
+  // decode() would drop it: at the start, or after BOS (so a completion's text continues its
+  // prompt: "The sun was" + " shining", as decoding prompt + completion gives).
+  explicit StreamDecoder(const Tokenizer& tokenizer, int32_t previous = -1);
   std::string push(int32_t id);
   std::string flush();
 

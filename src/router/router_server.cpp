@@ -117,6 +117,21 @@ int RouterServer::choose(const RoutingRequest& request, const std::vector<bool>&
   cost.request_blocks = (total + block_size - 1) / block_size;
   const Choice c = choose_worker(config_.policy, loads, cost, config_.overlap_weight, rr_cursor_.fetch_add(1));
   overlap_blocks = c.worker >= 0 ? loads[c.worker].overlap_blocks : 0;
+  if (logger_.level() <= LogLevel::kDebug) {  // -v: each routing decision with what it weighed
+    std::string line = std::string("route (") + routing_policy_name(config_.policy) + "): prompt " +
+                       std::to_string(cost.prompt_tokens) + " tokens -> " +
+                       (c.worker >= 0 ? workers_[static_cast<size_t>(c.worker)]->address().url : std::string("none"));
+    for (size_t i = 0; i < loads.size(); ++i) {
+      const WorkerLoad& l = loads[i];
+      line += "; " + workers_[i]->address().url + (l.available ? "" : " (unavailable)") + ": overlap " +
+              std::to_string(l.overlap_blocks) + " blocks, in flight " + std::to_string(l.in_flight) +
+              ", pending prefill " + std::to_string(l.pending_prefill_tokens) + " tokens";
+      if (config_.policy == RoutingPolicy::kKvAware && l.available) {
+        line += ", cost " + std::to_string(kv_aware_cost(l, cost, config_.overlap_weight));
+      }
+    }
+    logger_.debug(line);
+  }
   return c.worker;
 }
 

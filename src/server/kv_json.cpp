@@ -56,6 +56,7 @@ json snapshot_json(const engine::KvSnapshot& s) {
     const engine::TierSnapshot& t = s.tiers[i];
     json row{{"tier", t.tier},
              {"medium", t.medium},
+             {"memory", t.memory},
              {"enabled", t.enabled},
              {"capacity_blocks", t.capacity_blocks},
              {"used_blocks", t.used_blocks},

@@ -101,6 +101,7 @@ class RedisTier final : public kvcache::Tier {
 
   std::string_view name() const override { return "remote"; }  // the `tier` label (--kv-remote)
   std::string_view medium() const override { return "REDIS"; }
+  std::string_view memory() const override { return "Redis"; }
   bool enabled() const override;                 // any thread
   std::string disabled_reason() const override;  // the driving thread
 

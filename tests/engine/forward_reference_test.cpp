@@ -227,5 +227,31 @@ TEST(ForwardReference, BatchedBf16IsIgnoredWhereNoBf16GemmRuns) {
   }
 }
 
+// --matmul-precision f32 and --batched-bf16 contradict each other: refused by the loader and by
+// Engine::create; the start-up line names the arithmetic of each precision.
+TEST(ForwardReference, F32MatmulPrecisionRefusesBatchedBf16AndSaysWhatRuns) {
+  const model::ModelShape shape{"t", 64, 2, 8, 2, 96, 300, 80};
+  auto model = model::LlamaModel::load(model::make_random_model(shape, DType::kF16, 99).value());
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  Logger quiet(LogLevel::kSilent);
+  engine::EngineConfig config;
+  config.batched_bf16 = true;
+  config.f32_matmul = true;
+  const Status prepared = engine::prepare_batched_bf16(*model.value(), config, quiet);
+  EXPECT_NE(prepared.message().find("choose one"), std::string::npos) << prepared.message();
+  ManualClock clock;
+  auto refused = engine::Engine::create(std::shared_ptr<const model::LlamaModel>(std::move(model).value()), config, clock,
+                                        quiet);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("--matmul-precision f32"), std::string::npos);
+  for (kernels::Isa isa : kernels::supported_isas()) {
+    EXPECT_EQ(engine::describe_matmul_precision(isa, true, false).rfind("f16/bf16 weights f32 (--matmul-precision f32)", 0),
+              0u);
+    const std::string line = engine::describe_matmul_precision(isa, false, false);
+    EXPECT_EQ(line.find("bf16 (AVX512-BF16") != std::string::npos, kernels::batched_bf16_runs(isa)) << line;
+    EXPECT_EQ(line.find("AMX") != std::string::npos, isa == kernels::Isa::kAmx) << line;
+  }
+}
+
 }  // namespace
 }  // namespace pagoda

@@ -61,7 +61,8 @@ void expect_equal_to_reference(testing::Stories& s, std::vector<Submitted>& all)
     EXPECT_TRUE(all[i].recorder->status().is_ok()) << all[i].recorder->status().message();
     EXPECT_EQ(all[i].recorder->choice(0).tokens, reference_tokens(s, all[i].request));
     EXPECT_EQ(all[i].recorder->choice(0).reason, engine::FinishReason::kLength);
-    EXPECT_EQ(all[i].recorder->choice(0).text, s.tokenizer->decode(all[i].recorder->choice(0).tokens));
+    EXPECT_EQ(all[i].recorder->choice(0).text,
+              testing::continuation(*s.tokenizer, all[i].request.prompt, all[i].recorder->choice(0).tokens));
   }
 }
 

@@ -108,7 +108,7 @@ TEST(ServingFeatures, StopTokenIdsAndEos) {
     EXPECT_EQ(rec->choice(0).tokens, before);  // the stop token is not shown...
     EXPECT_EQ(rec->usage().completion_tokens, static_cast<int64_t>(first) + 1);  // ...but counted
     EXPECT_EQ(rec->choice(0).reason, engine::FinishReason::kStop);
-    EXPECT_EQ(rec->choice(0).text, s->tokenizer->decode(before));
+    EXPECT_EQ(rec->choice(0).text, testing::continuation(*s->tokenizer, prompt, before));
     testing::expect_clean(*se);
   }
   // The same token as the vocabulary's EOS: it ends the choice unless ignore_eos.

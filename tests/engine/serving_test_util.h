@@ -124,6 +124,17 @@ inline std::vector<int32_t> mixed_prompt(const model::Tokenizer& tok, int i) {
 }
 
 // Steps until no work is left (bounded, so a scheduler bug fails instead of hanging).
+// The text a choice of `generated` tokens after `prompt` has: what decoding them together adds
+// to the prompt's own text (a first piece keeps its leading space, engine::TextStream).
+inline std::string continuation(const model::Tokenizer& tok, const std::vector<int32_t>& prompt,
+                                const std::vector<int32_t>& generated) {
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), generated.begin(), generated.end());
+  const std::string whole = tok.decode(all), head = tok.decode(prompt);
+  CHECK_EQ(whole.compare(0, head.size(), head), 0) << "the prompt's text is a prefix of the whole";
+  return whole.substr(head.size());
+}
+
 inline void run_to_end(engine::ServingEngine& se, int64_t max_steps = 100000) {
   int64_t steps = 0;
   while (se.step()) ASSERT_LT(++steps, max_steps) << "the loop never ends";

@@ -145,7 +145,8 @@ const char* path_name(Matmul::Path path) {
 }
 
 double run_cases(DType dtype, const std::vector<Case>& cases, const Paths& paths = {},
-                 int64_t max_tokens = kMaxTokens, bool batched_bf16 = false, bool int8_gemm = true) {
+                 int64_t max_tokens = kMaxTokens, bool batched_bf16 = false, bool int8_gemm = true,
+                 bool f32_precision = false) {
   double worst = 0.0;
   std::set<std::string> exercised;  // "isa path" pairs that ran (the test says which paths it covered)
   for (Isa isa : supported_isas())
@@ -155,6 +156,7 @@ double run_cases(DType dtype, const std::vector<Case>& cases, const Paths& paths
       Matmul matmul(pool, max_tokens, kMaxIn, kMaxOut, isa);
       matmul.set_batched_bf16(batched_bf16);
       matmul.set_int8_gemm(int8_gemm);
+      matmul.set_f32_precision(f32_precision);
       for (const Case& c : cases) {
         if (!runs(paths, matmul, c.w.view, c.n_tokens)) continue;
         exercised.insert(std::string(isa_name(isa)) + " " + path_name(matmul.path(c.w.view, c.n_tokens)));
@@ -453,6 +455,37 @@ TEST_P(MatmulByDType, Bf16PrefillMatchesBf16Reference) {
   for (int64_t t : n_tokens) ASSERT_FALSE(Matmul::uses_decode_kernels(dtype, t));
   record_worst(run_cases(dtype, make_cases(dtype, {32, 64, 288, 4096}, n_tokens, matmul_bf16_reference, rng),
                          {Matmul::Path::kBf16}, 100));
+}
+
+// Matmul::set_f32_precision (`--matmul-precision f32`): F16/BF16 weights never take the bf16
+// GEMM or AMX tiles on any ISA, even with set_batched_bf16, and every call of theirs matches the
+// exact product to float rounding; quantized weights keep the paths they had.
+TEST_P(MatmulByDType, F32PrecisionKeepsHalfWeightsInF32) {
+  const DType dtype = GetParam();
+  const bool half = Matmul::half_weights(dtype);
+  for (Isa isa : supported_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    Probe plain(dtype, isa), exact(dtype, isa);
+    exact.matmul.set_f32_precision(true);
+    exact.matmul.set_batched_bf16(true);
+    EXPECT_TRUE(exact.matmul.f32_precision());
+    EXPECT_FALSE(exact.matmul.uses_bf16(exact.view));
+    EXPECT_EQ(exact.matmul.uses_amx(exact.view), !half && plain.matmul.uses_amx(plain.view));
+    for (int64_t t = 1; t <= kMaxTokens; ++t) {
+      const Matmul::Path p = exact.matmul.path(exact.view, t);
+      if (half) {
+        EXPECT_NE(p, Matmul::Path::kBf16) << t;
+        EXPECT_NE(p, Matmul::Path::kAmx) << t;
+      } else {
+        EXPECT_EQ(p, plain.matmul.path(plain.view, t)) << t;
+      }
+    }
+  }
+  if (!half) return;
+  Rng rng(330 + static_cast<int>(dtype));
+  const std::vector<int64_t> n_tokens = {1, Matmul::kF32MinTokens, Matmul::kDecodeMaxTokens + 1, kMaxTokens};
+  record_worst(run_cases(dtype, make_cases(dtype, {32, 288, 4096}, n_tokens, matmul_reference, rng), {}, kMaxTokens,
+                         true, true, true));
 }
 
 // The bf16 reference against the exact product: each bf16 rounding within 2^-8, so each

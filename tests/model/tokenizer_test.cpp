@@ -284,6 +284,31 @@ TEST(TokenizerStream, EmojiSplitAcrossByteTokens) {
   EXPECT_EQ(stream.flush(), "\xEF\xBF\xBD");  // an unfinished character
 }
 
+// A stream that continues a prompt: its text is what decoding prompt + continuation together
+// adds after the prompt's own text (the first piece keeps its space), except after BOS or at
+// the start, where decode drops it too.
+TEST(TokenizerStream, AContinuationKeepsItsLeadingSpace) {
+  const Tokenizer tok = load_tok512();
+  const std::vector<int32_t> prompt = tok.encode("Once upon a time", /*add_bos=*/true, /*parse_special=*/false);
+  const std::vector<int32_t> more = tok.encode("Once upon", /*add_bos=*/false, /*parse_special=*/false);
+  ASSERT_GE(prompt.size(), 2u);
+  ASSERT_FALSE(more.empty());
+  ASSERT_EQ(tok.token_to_piece(more[0])[0], ' ');  // "▁Once": a piece with a leading space
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), more.begin(), more.end());
+  const std::string whole = tok.decode(all), head = tok.decode(prompt);
+  ASSERT_EQ(whole.rfind(head, 0), 0u);
+  StreamDecoder continued(tok, prompt.back());
+  std::string text;
+  for (int32_t id : more) text += continued.push(id);
+  text += continued.flush();
+  EXPECT_EQ(text, whole.substr(head.size()));
+  EXPECT_EQ(text, " Once upon");
+  StreamDecoder after_bos(tok, tok.bos_id()), fresh(tok);
+  EXPECT_EQ(after_bos.push(more[0]), "Once");
+  EXPECT_EQ(fresh.push(more[0]), "Once");
+}
+
 TEST(TokenizerStream, RandomSequencesMatchDecode) {
   const Tokenizer tok = load_tok512();
   Rng rng(1234);

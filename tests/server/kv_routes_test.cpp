@@ -65,6 +65,10 @@ TEST_F(RealServerTest, StatsAgreeWithMetricsAndExplainPredictsTheHit) {
   EXPECT_EQ(stats["latency"]["ttft"]["count"].get<double>(), metric(metrics, "pagoda_time_to_first_token_seconds_count"));
   EXPECT_EQ(stats["steps"].get<double>(), metric(metrics, "pagoda_engine_steps_total"));
   EXPECT_EQ(stats["pool"]["block_map"].get<std::string>().size(), stats["pool"]["num_blocks"].get<size_t>());
+  // The pool is named as what it is (host memory on this CPU engine); "GPU" stays the events' medium.
+  EXPECT_EQ(stats["tiers"][0]["tier"], "pool");
+  EXPECT_EQ(stats["tiers"][0]["memory"], "host DRAM");
+  EXPECT_EQ(stats["tiers"][0]["medium"], "GPU");
   ASSERT_FALSE(stats["top_prefixes"].empty());
   EXPECT_EQ(stats["top_prefixes"][0]["preview"].get<std::string>().rfind("Once upon a time", 0), 0u) << stats["top_prefixes"];
   const json lean = get_json(*client_, "/v1/kv/stats?block_map=0&requests=0&prefixes=1");

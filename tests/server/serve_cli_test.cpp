@@ -127,6 +127,43 @@ TEST(ServeCli, BadFlagsFailClearly) {
   EXPECT_NE(serve.err().find("unknown --chat-template 'vicuna'"), std::string::npos) << serve.err();
 }
 
+// A step limit above what the engine can do is refused with the limit named, not clamped.
+TEST(ServeCli, StepLimitsAboveTheEnginesAreRefused) {
+  {
+    ServeProcess serve("-b 64 --max-num-batched-tokens 128");
+    EXPECT_EQ(serve.line(), "");
+    EXPECT_EQ(serve.terminate(), 1);
+    EXPECT_NE(serve.err().find("--max-num-batched-tokens 128 is more than one forward pass takes (-b/--batch-size 64)"),
+              std::string::npos)
+        << serve.err();
+  }
+  {
+    ServeProcess serve("-b 64 --max-num-seqs 100");
+    EXPECT_EQ(serve.line(), "");
+    EXPECT_EQ(serve.terminate(), 1);
+    EXPECT_NE(serve.err().find("--max-num-seqs 100 is more than the tokens per step (64"), std::string::npos)
+        << serve.err();
+  }
+}
+
+// -v: the step loop logs each step's scheduling decisions at debug level (and not without it).
+TEST(ServeCli, VerboseLogsEachStepsDecisions) {
+  for (bool verbose : {true, false}) {
+    ServeProcess serve(verbose ? "-v" : "");
+    const std::string url_line = serve.line();
+    ASSERT_NE(url_line.find("http://127.0.0.1:"), std::string::npos) << url_line << serve.err();
+    const std::string curl_line = line_with(welcome(serve), "  try: ");
+    const json reply = json::parse(shell(curl_line));
+    EXPECT_EQ(reply["object"], "text_completion") << reply;
+    EXPECT_EQ(serve.terminate(), 0) << serve.err();
+    const std::string err = serve.err();
+    const bool logged = err.find("step 1: 1 sequences (0 decoding, 1 prefilling") != std::string::npos &&
+                        err.find("admitted 1 (prefix hit") != std::string::npos &&
+                        err.find(" decoding, 0 prefilling 0 tokens), 1 tokens; waiting 0") != std::string::npos;
+    EXPECT_EQ(logged, verbose) << err;
+  }
+}
+
 
 TEST(ServeCli, PinPromptPinsFilesAtStartUpAndBadOnesFailClearly) {
   const std::string dir = ::testing::TempDir();

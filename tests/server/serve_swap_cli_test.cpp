@@ -58,8 +58,8 @@ Served serve_once(const std::string& flags) {
 
 TEST(ServeSwap, SwapEqualsRecomputeEqualsNoPreemption) {
   const Served whole = serve_once("--kv-cache-mem 2M");
-  const Served recompute = serve_once("--kv-cache-mem 200K --preemption recompute");
-  const Served swap = serve_once("--kv-cache-mem 200K --kv-host-mem 4M --preemption swap");
+  const Served recompute = serve_once("--kv-cache-mem 100K --preemption recompute");
+  const Served swap = serve_once("--kv-cache-mem 100K --kv-host-mem 4M --preemption swap");
   EXPECT_EQ(sample(whole.metrics, "pagoda_preemptions_total"), 0) << whole.metrics;
   EXPECT_GT(sample(recompute.metrics, "pagoda_preemptions_total"), 0) << recompute.metrics;
   EXPECT_GT(sample(swap.metrics, "pagoda_preemptions_total"), 0) << swap.metrics;
@@ -84,7 +84,7 @@ TEST(ServeSwap, SwapEqualsRecomputeEqualsNoPreemption) {
 }
 
 TEST(ServeSwap, WithoutAHostTierSwapIsALoggedFallback) {
-  const Served swap = serve_once("--kv-cache-mem 200K --preemption swap");
+  const Served swap = serve_once("--kv-cache-mem 100K --preemption swap");
   EXPECT_NE(swap.log.find("--preemption swap: there is no host tier"), std::string::npos) << swap.log;
   EXPECT_GT(sample(swap.metrics, "pagoda_kv_swap_fallbacks_total"), 0) << swap.metrics;
   EXPECT_EQ(swap.stats["requests"]["swap"]["fallbacks"].get<double>(), sample(swap.metrics, "pagoda_kv_swap_fallbacks_total"));

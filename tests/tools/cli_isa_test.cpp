@@ -53,5 +53,24 @@ TEST(CliIsa, BatchedBf16OnKernelsWithoutTheBf16GemmIsIgnoredWithAWarning) {
   EXPECT_EQ(nlohmann::json::parse(o.out)["token_ids"], nlohmann::json::parse(plain.out)["token_ids"]);
 }
 
+// `--matmul-precision f32`: the start-up log says so, the greedy tokens of an f32-weight model
+// do not change (its weights never took a bf16 path), and --batched-bf16 beside it is refused.
+TEST(CliIsa, MatmulPrecisionIsStatedAndChosen) {
+  Output exact = pagoda(run_base() + " --matmul-precision f32 -v");
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  EXPECT_NE(exact.err.find("matmul precision: f16/bf16 weights f32 (--matmul-precision f32)"), std::string::npos)
+      << exact.err;
+  Output plain = pagoda(run_base() + " -v");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.err.find("matmul precision: f16/bf16 weights "), std::string::npos) << plain.err;
+  EXPECT_EQ(nlohmann::json::parse(exact.out)["token_ids"], nlohmann::json::parse(plain.out)["token_ids"]);
+  Output both = pagoda(run_base() + " --matmul-precision f32 --batched-bf16");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.err.find("choose one"), std::string::npos) << both.err;
+  Output bad = pagoda(run_base() + " --matmul-precision bf8");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--matmul-precision"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace pagoda

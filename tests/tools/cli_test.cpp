@@ -217,7 +217,7 @@ TEST(Cli, BenchPrefixTtftServesThePrefixFromCache) {
 
 TEST(Cli, PerplexityAndKvQualityAgainstF32) {
   const std::string text = std::string(PAGODA_SOURCE_DIR) + "/tests/data/tinystory.txt";
-  Output f32 = pagoda("perplexity -m " + stories("stories260K.gguf") + " -f " + text + " -c 128 --json");
+  Output f32 = pagoda("perplexity -m " + stories("stories260K.gguf") + " -f " + text + " -c 128 --kv-dtype f32 --json");
   ASSERT_EQ(f32.exit_code, 0) << f32.err;
   auto a = nlohmann::json::parse(f32.out);
   EXPECT_GT(a["perplexity"].get<double>(), 1.0);

@@ -16,11 +16,11 @@ using testing::pagoda;
 std::string stories260k() { return testing::stories_dir() + "/stories260K.gguf"; }
 
 TEST(CliWindow, StreamingGeneratesPastThePoolCapacity) {
-  // 200K holds 10 blocks of 16 tokens (160 tokens); 400 tokens are generated.
+  // 200K holds 20 f16 blocks of 16 tokens (320 tokens); 400 tokens are generated.
   const std::string base = "run -m " + stories260k() + " -p 'Once upon a time' -n 400 --temp 0 --kv-cache-mem 200K";
   Output refused = pagoda(base);
   EXPECT_NE(refused.exit_code, 0);
-  EXPECT_NE(refused.err.find("more than the KV cache holds (160 tokens"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("more than the KV cache holds (320 tokens"), std::string::npos) << refused.err;
   Output o = pagoda(base + " --kv-window 64 --kv-sinks 4 --json");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   auto j = nlohmann::json::parse(o.out);

@@ -136,7 +136,7 @@
       const tr = document.createElement('tr');
       tr.dataset.tier = t.tier;
       cell(tr, t.tier);
-      cell(tr, t.medium);
+      cell(tr, t.memory || t.medium);
       const usage = t.capacity_blocks > 0 ? t.used_blocks / t.capacity_blocks : 0;
       const bar = document.createElement('td');
       const fill = document.createElement('i');

@@ -137,6 +137,8 @@ try {
           [el.dataset.tier, Number(el.dataset.value)]);
         v.tierRows = [...document.querySelectorAll('#tiers tbody tr')].map((tr) =>
           [tr.dataset.tier, ...[...tr.children].slice(3).map((td) => Number(td.dataset.value))]);
+        v.tierMemory = [...document.querySelectorAll('#tiers tbody tr')].map((tr) => tr.children[1].textContent);
+        v.saysGpu = /\bGPU\b/.test(document.body.innerText);
         return v;
       });
       if (Number(dom['v-steps'].value) === stats.steps && stats.requests.running === 0 && stats.requests.waiting === 0) break;
@@ -175,6 +177,11 @@ try {
       check(Number(dom.prefixRows[0][0]) === stats.top_prefixes[0].tokens, 'largest prefix tokens ' + dom.prefixRows[0][0]);
       check(dom.prefixRows[0][4].startsWith('Once upon a time'), 'prefix preview ' + dom.prefixRows[0][4]);
     }
+    // The memory each tier lives in, named as what is there: no "GPU" on a CPU engine's page.
+    check(dom.tierMemory[0] === 'host DRAM', 'the pool row names its memory ' + JSON.stringify(dom.tierMemory));
+    check(JSON.stringify(dom.tierMemory) === JSON.stringify(stats.tiers.map((t) => t.memory)),
+      'tier memory ' + JSON.stringify(dom.tierMemory) + ' vs ' + JSON.stringify(stats.tiers));
+    check(!dom.saysGpu, 'the page names a GPU this engine does not have');
     // The tiers table: one row per /v1/kv/stats tier, in order, with its numbers.
     check(JSON.stringify(dom.tierRows) === JSON.stringify(stats.tiers.map((t) =>
       [t.tier, t.used_blocks, t.capacity_blocks, t.hit_blocks, t.evictions, t.bytes_read || 0, t.bytes_written || 0,
