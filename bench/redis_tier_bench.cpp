@@ -20,7 +20,7 @@
 #include "core/rng.h"
 #include "engine/engine.h"
 #include "kvcache/block_events.h"
-#include "model/gguf.h"
+#include "model/format/gguf.h"
 #include "store/redis_tier.h"
 
 namespace pagoda {

@@ -50,7 +50,7 @@ PORT=18181
 SEED=1
 PEER_KIND=native
 ROUNDS=1
-NATIVE_SERVER="${PAGODA_PEER_CACHE:-/work/cache}/llama.cpp/build/bin/llama-server"
+NATIVE_SERVER="${NATIVE_SERVER:-${PAGODA_PEER_CACHE:-/work/cache}/llama.cpp/build/bin/llama-server}"  # NATIVE_SERVER=... for another build (build-avx2/)
 
 die() { echo "serve_side_by_side: $*" >&2; exit 1; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }

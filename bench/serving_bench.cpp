@@ -20,7 +20,7 @@
 #include "core/rng.h"
 #include "engine/serving.h"
 #include "kernels/kv_format.h"
-#include "model/gguf_vocab.h"
+#include "model/text/gguf_vocab.h"
 
 namespace {
 

@@ -4,10 +4,10 @@
 // rendered text of a conversation whose contents are valid UTF-8 is valid UTF-8, and encodes
 // with the tok512 tokenizer. detect_chat_template reads the raw input as a Jinja string.
 #include "fuzz/fuzz_util.h"
-#include "model/chat_template.h"
-#include "model/llama2c.h"
-#include "model/prompt_tokens.h"
-#include "model/tokenizer.h"
+#include "model/text/chat_template.h"
+#include "model/format/llama2c.h"
+#include "model/text/prompt_tokens.h"
+#include "model/text/tokenizer.h"
 
 using namespace pagoda::model;
 

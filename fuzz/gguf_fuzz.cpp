@@ -5,11 +5,11 @@
 #include <cstring>
 
 #include "fuzz/fuzz_util.h"
-#include "model/gguf.h"
-#include "model/gguf_vocab.h"
+#include "model/format/gguf.h"
+#include "model/text/gguf_vocab.h"
 #include "model/kv_spec.h"
 #include "model/model_config.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 using namespace pagoda::model;
 

@@ -1,7 +1,7 @@
 // config.json: any text -> config_from_hf_json and kv_spec_from_hf_config give a config or a
 // Status. An accepted config passes validate_config (the loader relies on it).
 #include "fuzz/fuzz_util.h"
-#include "model/hf_config.h"
+#include "model/format/hf_config.h"
 #include "model/kv_spec.h"
 #include "model/model_config.h"
 

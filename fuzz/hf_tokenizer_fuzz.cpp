@@ -3,7 +3,7 @@
 // tokenizer or a Status. A tokenizer that loads must encode any text to ids inside its vocab,
 // name special ids inside it, and give back valid UTF-8 text for any ids.
 #include "fuzz/fuzz_util.h"
-#include "model/hf_tokenizer.h"
+#include "model/text/hf_tokenizer.h"
 
 using namespace pagoda::model;
 

@@ -3,9 +3,9 @@
 // Status, never a crash or a read past the file. An import that succeeds yields a GgufFile whose
 // vocab builds a tokenizer and whose bytes parse back.
 #include "fuzz/fuzz_util.h"
-#include "model/gguf.h"
-#include "model/gguf_vocab.h"
-#include "model/llama2c.h"
+#include "model/format/gguf.h"
+#include "model/text/gguf_vocab.h"
+#include "model/format/llama2c.h"
 #include "model/model_config.h"
 
 using namespace pagoda::model;

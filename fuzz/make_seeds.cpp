@@ -12,10 +12,10 @@
 
 #include "fuzz/fuzz_util.h"
 #include "kvcache/block_record.h"
-#include "model/byte_level.h"
-#include "model/gguf.h"
-#include "model/gguf_vocab.h"
-#include "model/llama2c.h"
+#include "model/text/byte_level.h"
+#include "model/format/gguf.h"
+#include "model/text/gguf_vocab.h"
+#include "model/format/llama2c.h"
 #include "model/model_factory.h"
 
 using namespace pagoda;

@@ -2,7 +2,7 @@
 // A header that parses keeps its promises: tensors sorted by begin, every range inside the data
 // area, element count x dtype size = range size, no two non-empty ranges overlapping.
 #include "fuzz/fuzz_util.h"
-#include "model/safetensors.h"
+#include "model/format/safetensors.h"
 
 using namespace pagoda::model;
 

@@ -9,9 +9,9 @@
 #include <memory>
 
 #include "fuzz/fuzz_util.h"
-#include "model/hf_tokenizer.h"
-#include "model/llama2c.h"
-#include "model/tokenizer.h"
+#include "model/text/hf_tokenizer.h"
+#include "model/format/llama2c.h"
+#include "model/text/tokenizer.h"
 
 using namespace pagoda::model;
 

@@ -1,6 +1,6 @@
 // Test helper: writes safetensors files and Hugging Face model folders (config.json +
 // model.safetensors, or shards + model.safetensors.index.json) from a GGUF model, the
-// inverse of model/hf_checkpoint.h. For "llama" GGUF files the Q/K rows are permuted back
+// inverse of model/format/hf_checkpoint.h. For "llama" GGUF files the Q/K rows are permuted back
 // from ggml's adjacent-pair order to HF's rotate_half order (the inverse of llama.cpp's
 // convert script): HF row s * hd/2 + i of each head is GGUF row 2i + s.
 #pragma once
@@ -15,8 +15,8 @@
 
 #include "core/dtype.h"
 #include "kernels/quant.h"
-#include "model/byte_level.h"
-#include "model/gguf.h"
+#include "model/text/byte_level.h"
+#include "model/format/gguf.h"
 
 namespace pagoda::testing {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 namespace pagoda::tools {
 

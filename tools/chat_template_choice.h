@@ -8,8 +8,8 @@
 
 #include "core/log.h"
 #include "core/status.h"
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
+#include "model/text/chat_template.h"
+#include "model/text/tokenizer.h"
 
 namespace pagoda::tools {
 

@@ -3,8 +3,8 @@
 #include <map>
 
 #include "kvcache/kv_layout.h"
-#include "model/hf_checkpoint.h"
-#include "model/hf_convert.h"
+#include "model/format/hf_checkpoint.h"
+#include "model/format/hf_convert.h"
 #include "model/model_config.h"
 #include "model/model_factory.h"
 #include "tools/commands.h"
@@ -139,7 +139,7 @@ int make_model(const std::string& shape_name, const std::string& dtype_name_str,
   return 0;
 }
 
-// A Hugging Face folder -> GGUF as llama.cpp's converter writes it (model/hf_convert.h).
+// A Hugging Face folder -> GGUF as llama.cpp's converter writes it (model/format/hf_convert.h).
 int convert_hf(const std::string& in, const std::string& out, bool quiet) {
   auto checkpoint = model::HfCheckpoint::open(in);
   if (!checkpoint.is_ok()) return fail(checkpoint.status());

@@ -19,7 +19,7 @@
 #include "engine/pd_coordinator.h"
 #include "engine/pinning.h"
 #include "engine/serving.h"
-#include "model/prompt_tokens.h"
+#include "model/text/prompt_tokens.h"
 #include "events/kv_event_publisher.h"
 #include "server/http_server.h"
 #include "tools/chat_template_choice.h"

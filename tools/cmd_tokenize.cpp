@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "model/gguf_vocab.h"
-#include "model/hf_tokenizer.h"
+#include "model/text/gguf_vocab.h"
+#include "model/text/hf_tokenizer.h"
 #include "tools/commands.h"
 #include "tools/model_source.h"
 

@@ -8,7 +8,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "engine/engine.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 #include "tools/kv_remote.h"
 
 namespace pagoda::tools {

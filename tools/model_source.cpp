@@ -5,10 +5,10 @@
 #include <fstream>
 
 #include "model/arch/registry.h"
-#include "model/gguf_vocab.h"
-#include "model/hf_checkpoint.h"
-#include "model/hf_tokenizer.h"
-#include "model/llama2c.h"
+#include "model/text/gguf_vocab.h"
+#include "model/format/hf_checkpoint.h"
+#include "model/text/hf_tokenizer.h"
+#include "model/format/llama2c.h"
 #include "model/model_factory.h"
 #include "tools/progress.h"
 

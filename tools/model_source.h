@@ -7,10 +7,10 @@
 #include <string>
 
 #include "core/status.h"
-#include "model/gguf.h"
-#include "model/hf_tokenizer.h"
+#include "model/format/gguf.h"
+#include "model/text/hf_tokenizer.h"
 #include "model/llama_model.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 namespace pagoda::tools {
 
@@ -25,7 +25,7 @@ Result<model::GgufFile> load_model_file(const std::string& path, const std::stri
 Result<model::Tokenizer> tokenizer_from_file(const model::GgufFile& file);
 
 // Tokenizer (with bos/eos, add_bos and the chat template) of a Hugging Face folder:
-// tokenizer.json + tokenizer_config.json (model/hf_tokenizer.h).
+// tokenizer.json + tokenizer_config.json (model/text/hf_tokenizer.h).
 Result<model::HfTokenizer> tokenizer_from_hf_folder(const std::string& dir);
 
 // The tokenizer and chat template of any model source, without its weights (what

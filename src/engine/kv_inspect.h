@@ -35,7 +35,7 @@
 #include "engine/kv_history.h"
 #include "kvcache/block_manager.h"
 #include "kvcache/tier_stack.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 namespace pagoda::engine {
 

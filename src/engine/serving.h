@@ -58,7 +58,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 namespace pagoda::engine {
 

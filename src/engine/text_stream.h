@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 namespace pagoda::engine {
 

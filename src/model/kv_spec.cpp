@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "model/arch/registry.h"
-#include "model/gguf.h"
+#include "model/format/gguf.h"
 #include "model/model_config.h"
 
 namespace pagoda::model {

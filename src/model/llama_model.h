@@ -18,10 +18,10 @@
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "model/batch.h"
-#include "model/gguf.h"
-#include "model/hf_checkpoint.h"
+#include "model/format/gguf.h"
+#include "model/format/hf_checkpoint.h"
 #include "model/model_config.h"
-#include "model/tensor_table.h"
+#include "model/format/tensor_table.h"
 
 namespace pagoda::model {
 

@@ -6,7 +6,7 @@
 
 #include "kernels/quant.h"
 #include "model/arch/registry.h"
-#include "model/gguf.h"
+#include "model/format/gguf.h"
 
 namespace pagoda::model {
 

@@ -1,5 +1,5 @@
 // ModelConfig: the hyperparameters of a decoder-only transformer, read from GGUF metadata
-// ("{arch}.embedding_length" etc.) or a Hugging Face config.json (model/hf_config.h) and
+// ("{arch}.embedding_length" etc.) or a Hugging Face config.json (model/format/hf_config.h) and
 // validated once (validate_config).
 #pragma once
 

@@ -6,7 +6,7 @@
 #include "core/rng.h"
 #include "kernels/quant.h"
 #include "model/arch/registry.h"
-#include "model/gguf_vocab.h"
+#include "model/text/gguf_vocab.h"
 
 namespace pagoda::model {
 

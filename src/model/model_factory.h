@@ -14,8 +14,8 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/format/gguf.h"
+#include "model/text/tokenizer.h"
 
 namespace pagoda::model {
 

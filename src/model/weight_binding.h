@@ -7,7 +7,7 @@
 
 #include "core/status.h"
 #include "kernels/matmul.h"
-#include "model/tensor_table.h"
+#include "model/format/tensor_table.h"
 
 namespace pagoda::model {
 

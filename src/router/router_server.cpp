@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/prompt_tokens.h"
+#include "model/text/prompt_tokens.h"
 #include "server/http/errors.h"
 
 namespace pagoda::router {

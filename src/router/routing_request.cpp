@@ -2,8 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/chat_messages.h"
-#include "model/prompt_tokens.h"
+#include "model/text/chat_messages.h"
+#include "model/text/prompt_tokens.h"
 #include "server/http/auth.h"
 
 namespace pagoda::router {

@@ -1,6 +1,6 @@
 // RoutingRequest: what the router reads from an OpenAI request body to place it, and nothing it
 // has to validate (the worker does that, and its errors pass through): the prompt's token ids
-// (computed exactly as the worker computes them: model/prompt_tokens.h, the same chat template
+// (computed exactly as the worker computes them: model/text/prompt_tokens.h, the same chat template
 // and tokenizer), the tenant's cache salt (http::tenant_cache_salt with the caller's key), and
 // how much it will generate. A body the router cannot read is still forwarded, placed by load.
 //
@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "kvcache/block_hash.h"
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
+#include "model/text/chat_template.h"
+#include "model/text/tokenizer.h"
 
 namespace pagoda::router {
 

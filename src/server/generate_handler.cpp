@@ -1,7 +1,7 @@
 // POST /v1/completions and /v1/chat/completions: parse, tokenize, submit, wait or stream.
 #include <httplib.h>
 
-#include "model/prompt_tokens.h"
+#include "model/text/prompt_tokens.h"
 #include "server/http/auth.h"
 #include "server/http/connection.h"
 #include "server/http_server.h"

@@ -3,7 +3,7 @@
 // state for a resync.
 #include <httplib.h>
 
-#include "model/prompt_tokens.h"
+#include "model/text/prompt_tokens.h"
 #include "server/http_server.h"
 
 namespace pagoda::server {

@@ -1,6 +1,6 @@
 #include "server/openai_request.h"
 
-#include "model/chat_messages.h"
+#include "model/text/chat_messages.h"
 
 #include <cmath>
 #include <limits>

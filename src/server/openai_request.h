@@ -21,11 +21,11 @@
 #include "core/status.h"
 #include "engine/sampler.h"
 #include "kvcache/kv_select.h"
-#include "model/chat_template.h"
+#include "model/text/chat_template.h"
 
 namespace pagoda::server {
 
-// Chat templates are the model's (model/chat_template.h); the server names them as its own.
+// Chat templates are the model's (model/text/chat_template.h); the server names them as its own.
 using model::chat_family_from_name;
 using model::chat_family_name;
 using model::chat_family_names;

@@ -15,7 +15,7 @@
 
 #include "core/status.h"
 #include "engine/serving.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 #include "server/http/errors.h"
 #include "server/request_stream.h"
 

@@ -15,7 +15,7 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "hf_writer.h"
-#include "model/hf_checkpoint.h"
+#include "model/format/hf_checkpoint.h"
 #include "model/model_factory.h"
 #include "reference_forward.h"
 

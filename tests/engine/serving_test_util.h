@@ -11,7 +11,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "engine/serving.h"
-#include "model/gguf_vocab.h"
+#include "model/text/gguf_vocab.h"
 #include "test_data.h"
 
 namespace pagoda::testing {

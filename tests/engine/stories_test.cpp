@@ -9,8 +9,8 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "engine/engine.h"
-#include "model/gguf_vocab.h"
-#include "model/llama2c.h"
+#include "model/text/gguf_vocab.h"
+#include "model/format/llama2c.h"
 #include "test_data.h"
 
 namespace pagoda {

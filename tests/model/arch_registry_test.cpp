@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "model/gguf.h"
+#include "model/format/gguf.h"
 #include "model/model_config.h"
 
 namespace pagoda::model::arch {

@@ -2,9 +2,9 @@
 // ties, ignore_merges, special tokens, decoding, GGUF round trip, and errors.
 #include <gtest/gtest.h>
 
-#include "model/byte_level.h"
-#include "model/gguf_vocab.h"
-#include "model/tokenizer.h"
+#include "model/text/byte_level.h"
+#include "model/text/gguf_vocab.h"
+#include "model/text/tokenizer.h"
 
 namespace pagoda::model {
 namespace {

@@ -1,6 +1,6 @@
 // Chat templates render what the reference Hugging Face templates render. The expected strings
 // were produced by chat_template_reference.py (Jinja, as transformers' apply_chat_template).
-#include "model/chat_template.h"
+#include "model/text/chat_template.h"
 
 #include <gtest/gtest.h>
 

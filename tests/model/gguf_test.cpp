@@ -1,4 +1,4 @@
-#include "model/gguf.h"
+#include "model/format/gguf.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

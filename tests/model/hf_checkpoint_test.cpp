@@ -1,7 +1,7 @@
 // Hugging Face folders: config.json + safetensors (single and sharded, F32/F16/BF16) open
 // into a TensorTable that points into the mapped files, bind into a LlamaModel, and every
 // broken folder gives an error.
-#include "model/hf_checkpoint.h"
+#include "model/format/hf_checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
 // config.json -> ModelConfig: the four architectures, head_dim, rope scaling (Llama 3
 // inverse frequencies against the formula computed here), sliding windows and bad configs.
-#include "model/hf_config.h"
+#include "model/format/hf_config.h"
 
 #include <gtest/gtest.h>
 

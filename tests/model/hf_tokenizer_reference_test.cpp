@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "shell.h"
-#include "model/gguf_vocab.h"
-#include "model/hf_tokenizer.h"
+#include "model/text/gguf_vocab.h"
+#include "model/text/hf_tokenizer.h"
 #include "test_data.h"
 
 namespace pagoda::model {

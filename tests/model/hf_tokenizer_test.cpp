@@ -1,6 +1,6 @@
 // load_hf_tokenizer: what tokenizer_config.json adds (bos/eos, add_bos, chat template) on the
 // real npm folders, and clear errors for folders it cannot read.
-#include "model/hf_tokenizer.h"
+#include "model/text/hf_tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "model/byte_level.h"
+#include "model/text/byte_level.h"
 #include "test_data.h"
 
 namespace pagoda::model {

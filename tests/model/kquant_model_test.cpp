@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
+#include "model/format/gguf.h"
 #include "model/llama_model.h"
 #include "model/model_factory.h"
 

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "kernels/kv_format.h"
-#include "model/gguf.h"
+#include "model/format/gguf.h"
 #include "test_data.h"
 
 namespace pagoda::model {

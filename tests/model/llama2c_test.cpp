@@ -1,4 +1,4 @@
-#include "model/llama2c.h"
+#include "model/format/llama2c.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

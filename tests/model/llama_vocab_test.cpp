@@ -10,8 +10,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "model/gguf.h"
-#include "model/gguf_vocab.h"
+#include "model/format/gguf.h"
+#include "model/text/gguf_vocab.h"
 #include "shell.h"
 
 namespace pagoda::model {

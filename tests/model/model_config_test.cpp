@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "model/gguf.h"
+#include "model/format/gguf.h"
 #include "model/model_factory.h"
 
 namespace pagoda::model {

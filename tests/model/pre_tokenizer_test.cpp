@@ -2,7 +2,7 @@
 // splits of every name's regex list on the whole tokenizer corpus against Hugging Face's
 // JavaScript Split pre-tokenizer (tests/npm/tokenizers/pretokenize.mjs, run live by node).
 #include "shell.h"
-#include "model/pre_tokenizer.h"
+#include "model/text/pre_tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

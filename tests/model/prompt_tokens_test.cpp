@@ -1,10 +1,10 @@
 // Prompt text and chats -> token ids, as the server and the router both compute them.
-#include "model/prompt_tokens.h"
+#include "model/text/prompt_tokens.h"
 
 #include <gtest/gtest.h>
 
-#include "model/gguf.h"
-#include "model/gguf_vocab.h"
+#include "model/format/gguf.h"
+#include "model/text/gguf_vocab.h"
 #include "test_data.h"
 
 namespace pagoda::model {

@@ -1,6 +1,6 @@
 // Safetensors reading: a well-formed file maps and reads back, and a table of lying headers
 // each gives a clear error (never a crash; `make test` runs them under ASan/UBSan).
-#include "model/safetensors.h"
+#include "model/format/safetensors.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
-#include "model/llama2c.h"
-#include "model/tokenizer.h"
+#include "model/format/llama2c.h"
+#include "model/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include "kvcache/block_manager.h"
-#include "model/gguf.h"
-#include "model/gguf_vocab.h"
-#include "model/prompt_tokens.h"
+#include "model/format/gguf.h"
+#include "model/text/gguf_vocab.h"
+#include "model/text/prompt_tokens.h"
 #include "test_data.h"
 
 namespace pagoda::router {

@@ -7,7 +7,7 @@
 #include "events/event_codec.h"
 #include "events/zmq_socket.h"
 #include "kvcache/block_hash.h"
-#include "model/prompt_tokens.h"
+#include "model/text/prompt_tokens.h"
 #include "real_server.h"
 
 namespace pagoda::testing {

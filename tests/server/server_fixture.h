@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "fake_serving_engine.h"
-#include "model/gguf.h"
-#include "model/gguf_vocab.h"
+#include "model/format/gguf.h"
+#include "model/text/gguf_vocab.h"
 #include "server/http_server.h"
 #include "test_data.h"
 

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "hf_writer.h"
-#include "model/byte_level.h"
+#include "model/text/byte_level.h"
 #include "model/model_factory.h"
 #include "tools/run_pagoda.h"
 

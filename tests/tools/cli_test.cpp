@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "model/gguf.h"
+#include "model/format/gguf.h"
 #include "test_data.h"
 #include "tools/run_pagoda.h"
 

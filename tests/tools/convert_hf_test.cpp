@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "hf_writer.h"
-#include "model/gguf.h"
+#include "model/format/gguf.h"
 #include "model/model_factory.h"
 #include "tools/run_pagoda.h"
 

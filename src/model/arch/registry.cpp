@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
-#include "model/gguf.h"
+#include "model/format/gguf.h"
 
 namespace pagoda::model::arch {
 

@@ -1,0 +1,202 @@
+#include "model/format/hf_checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/check.h"
+
+namespace pagoda::model {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Result<std::string> read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found(path.string() + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// The shard files of model.safetensors.index.json: weight_map name -> file, every file a
+// plain name inside the folder.
+Result<std::map<std::string, std::vector<std::string>>> read_index(const fs::path& path) {
+  PAGODA_ASSIGN_OR_RETURN(std::string text, read_text(path));
+  const std::string name = path.string();
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::invalid_argument(name + ": not a JSON object");
+  auto map = j.find("weight_map");
+  if (map == j.end() || !map->is_object() || map->empty()) return Status::invalid_argument(name + ": no 'weight_map' object");
+  std::map<std::string, std::vector<std::string>> by_file;  // file -> tensor names
+  for (const auto& [tensor, file] : map->items()) {
+    if (!file.is_string()) return Status::invalid_argument(name + ": weight_map entry '" + tensor + "' is not a file name");
+    const std::string f = file.get<std::string>();
+    if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\\') != std::string::npos) {
+      return Status::invalid_argument(name + ": weight_map names '" + f + "', which is not a file name inside the folder");
+    }
+    by_file[f].push_back(tensor);
+  }
+  return by_file;
+}
+
+}  // namespace
+
+std::optional<std::string> gguf_name_from_hf(std::string_view n) {
+  static constexpr std::pair<std::string_view, std::string_view> kTop[] = {
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"lm_head.weight", "output.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+  };
+  for (const auto& [hf, gguf] : kTop) {
+    if (n == hf) return std::string(gguf);
+  }
+  constexpr std::string_view kLayers = "model.layers.";
+  if (!n.starts_with(kLayers)) return std::nullopt;
+  n.remove_prefix(kLayers.size());
+  size_t digits = 0;
+  while (digits < n.size() && digits < 6 && n[digits] >= '0' && n[digits] <= '9') ++digits;
+  if (digits == 0 || digits >= n.size() || n[digits] != '.' || (digits > 1 && n[0] == '0')) return std::nullopt;
+  const std::string layer(n.substr(0, digits));
+  n.remove_prefix(digits + 1);
+  static constexpr std::pair<std::string_view, std::string_view> kLayer[] = {
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+  };
+  for (const auto& [hf, gguf] : kLayer) {
+    if (n == hf) return "blk." + layer + "." + std::string(gguf);
+  }
+  return std::nullopt;
+}
+
+bool is_hf_model_dir(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec);
+}
+
+Status HfCheckpoint::add_file(SafetensorsFile file, const std::vector<std::string>* only) {
+  std::set<std::string_view> wanted;
+  if (only != nullptr) {
+    for (const std::string& name : *only) {
+      if (file.find(name) == nullptr) {
+        return Status::invalid_argument(file.path() + ": has no tensor '" + name + "' (model.safetensors.index.json says it does)");
+      }
+      wanted.insert(name);
+    }
+  }
+  for (const SafetensorsTensor& t : file.tensors()) {
+    if (only != nullptr && !wanted.contains(t.name)) continue;
+    std::optional<std::string> name = gguf_name_from_hf(t.name);
+    if (!name.has_value()) {
+      if (t.name.ends_with("rotary_emb.inv_freq")) continue;  // recomputed from config.json
+      return Status::invalid_argument(file.path() + ": unexpected tensor '" + t.name +
+                                      "' (not part of the architecture Pagoda runs; ignoring it would give wrong results)");
+    }
+    // Unique: names are JSON keys within a file, and the index gives each name one file.
+    CHECK(!tensors_.contains(*name)) << t.name;
+    TensorRef ref;
+    ref.dims.assign(t.shape.rbegin(), t.shape.rend());
+    ref.dtype = t.dtype;
+    ref.type_name = t.dtype_name;
+    ref.data = file.tensor_data(t);
+    const size_t bytes = t.end - t.begin;
+    const size_t elem = safetensors_dtype_size(t.dtype_name);
+    if (reinterpret_cast<uintptr_t>(ref.data) % elem != 0) {  // never for files the safetensors library writes
+      PAGODA_ASSIGN_OR_RETURN(AlignedBuffer copy, AlignedBuffer::allocate(bytes));
+      std::memcpy(copy.data(), ref.data, bytes);
+      ref.data = copy.data();
+      copies_.push_back(std::move(copy));
+    }
+    uint64_t& h = weights_digest_;
+    h = fnv1a(name->data(), name->size(), h);
+    h = fnv1a(t.dtype_name.data(), t.dtype_name.size(), h);
+    h = fnv1a(t.shape.data(), t.shape.size() * sizeof(int64_t), h);
+    const size_t edge = std::min<size_t>(256, bytes);
+    h = fnv1a(ref.data, edge, h);
+    h = fnv1a(ref.data + bytes - edge, edge, h);
+    tensors_.emplace(std::move(*name), std::move(ref));
+  }
+  files_.push_back(std::move(file));
+  return Status::ok();
+}
+
+Result<HfCheckpoint> HfCheckpoint::open(const std::string& dir) {
+  HfCheckpoint c;
+  c.dir_ = dir;
+  c.weights_digest_ = 0xcbf29ce484222325ull;
+  const fs::path root(dir);
+  PAGODA_ASSIGN_OR_RETURN(std::string config_text, read_text(root / "config.json"));
+  PAGODA_ASSIGN_OR_RETURN(c.config_, config_from_hf_json(config_text, (root / "config.json").string()));
+  std::error_code ec;
+  if (fs::exists(root / "model.safetensors.index.json", ec)) {
+    PAGODA_ASSIGN_OR_RETURN(auto by_file, read_index(root / "model.safetensors.index.json"));
+    for (const auto& [file, names] : by_file) {
+      PAGODA_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open((root / file).string()));
+      PAGODA_RETURN_IF_ERROR(c.add_file(std::move(f), &names));
+    }
+  } else if (fs::exists(root / "model.safetensors", ec)) {
+    PAGODA_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open((root / "model.safetensors").string()));
+    PAGODA_RETURN_IF_ERROR(c.add_file(std::move(f), nullptr));
+  } else {
+    return Status::not_found(dir + ": no model.safetensors or model.safetensors.index.json (PyTorch .bin checkpoints "
+                             "are not supported; convert them to safetensors)");
+  }
+  if (!c.config_.tie_word_embeddings && !c.tensors_.contains("output.weight")) {
+    return Status::invalid_argument(dir + ": no lm_head.weight, and config.json does not set tie_word_embeddings");
+  }
+  return c;
+}
+
+GgufFile HfCheckpoint::metadata() const {
+  const ModelConfig& m = config_.model;
+  GgufFile f;
+  const std::string a = m.arch_name + ".";
+  f.set("general.architecture", GgufValue::of_string(m.arch_name));
+  f.set("general.name", GgufValue::of_string(fs::path(dir_).lexically_normal().filename().string()));
+  f.set("pagoda.source", GgufValue::of_string("huggingface " + config_.architecture));
+  f.set(a + "embedding_length", GgufValue::of_i64(m.n_embd));
+  f.set(a + "block_count", GgufValue::of_i64(m.n_layer));
+  f.set(a + "attention.head_count", GgufValue::of_i64(m.n_head));
+  f.set(a + "attention.head_count_kv", GgufValue::of_i64(m.n_kv_head));
+  f.set(a + "attention.key_length", GgufValue::of_i64(m.head_dim));
+  f.set(a + "feed_forward_length", GgufValue::of_i64(m.n_ff));
+  f.set(a + "vocab_size", GgufValue::of_i64(m.n_vocab));
+  f.set(a + "context_length", GgufValue::of_i64(m.n_ctx_train));
+  f.set(a + "attention.layer_norm_rms_epsilon", GgufValue::of_f32(m.rms_eps));
+  f.set(a + "rope.dimension_count", GgufValue::of_i64(m.rope.rot_dim));
+  f.set(a + "rope.freq_base", GgufValue::of_f32(m.rope.freq_base));
+  if (m.rope.freq_scale != 1.0f) {
+    f.set(a + "rope.scaling.type", GgufValue::of_string("linear"));
+    f.set(a + "rope.scaling.factor", GgufValue::of_f32(1.0f / m.rope.freq_scale));
+  }
+  if (!m.rope.freq_factors.empty()) f.set("pagoda.rope.freq_factors", GgufValue::f32_array(m.rope.freq_factors));
+  if (m.sliding_window > 0) f.set(a + "attention.sliding_window", GgufValue::of_i64(m.sliding_window));
+  f.set("pagoda.weights_digest", GgufValue::of_u64(weights_digest_));
+  return f;
+}
+
+}  // namespace pagoda::model
