@@ -43,55 +43,13 @@ inline void store(const __m256 (&acc)[kR][kH], float (*out)[1][kPanelLanes]) {
     for (int h = 0; h < kH; ++h) _mm256_storeu_ps(&out[r][0][kLanes * h], acc[r][h]);
 }
 
-// Q8_0: the panel holds q (|q| <= 127); per step, |c| * (sign(c) q) in int16 pairs
-// (<= 2 * 128 * 127), widened at once. Per 32-value block y += float(sum) * (d_w * d_x).
-template <int kR>
-void tile_q8_0(const TileArgs& a, float (*out)[1][kPanelLanes]) {
-  __m256 acc[kR][kH];
-  for (auto& row : acc)
-    for (auto& v : row) v = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
-  const int64_t n_in = a.n_in, nb = n_in / kQK;
-  const int8_t* c = a.w->c.data() + a.r0 * n_in;
-  const float* scale = a.w->scale.data() + a.r0 * nb;
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i s[kR][kH];
-    for (auto& row : s)
-      for (auto& v : row) v = _mm256_setzero_si256();
-    const int8_t* cb = c + b * kQK;
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      const uint8_t* up = a.u + (b * 8 + k) * kStepBytes;
-      const __m256i x[kH] = {_mm256_load_si256(reinterpret_cast<const __m256i*>(up)),
-                             _mm256_load_si256(reinterpret_cast<const __m256i*>(up + 32))};
-#pragma GCC unroll 4
-      for (int r = 0; r < kR; ++r) {
-        const __m256i wv = _mm256_set1_epi32(load_i32(cb + r * n_in + 4 * k));
-        const __m256i wa = _mm256_abs_epi8(wv);  // -128 -> 0x80, read unsigned as 128
-#pragma GCC unroll 2
-        for (int h = 0; h < kH; ++h) {
-          const __m256i p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x[h], wv));
-          s[r][h] = _mm256_add_epi32(s[r][h], _mm256_madd_epi16(p, ones));
-        }
-      }
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < kH; ++h) {
-      const __m256 dx = _mm256_loadu_ps(a.d + b * kPanelLanes + kLanes * h);
-#pragma GCC unroll 4
-      for (int r = 0; r < kR; ++r) {
-        const __m256 sw = _mm256_set1_ps(scale[r * nb + b]);
-        acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r][h]), _mm256_mul_ps(sw, dx), acc[r][h]);
-      }
-    }
-  }
-  store<kR>(acc, out);
-}
-
-// Q4_0: the panel holds u = q + 128, |c| <= 8: a block's 8 steps of pair sums add up in
-// int16 (<= 8 * 2 * 255 * 8 = 32640), widened once per block and started at the bias.
-template <int kR>
-void tile_q4_0(const TileArgs& a, float (*out)[1][kPanelLanes]) {
+// Q8_0 / Q4_0, per 32-value block: y += float(sum) * (d_w * d_x).
+//   kSigned (Q8_0): the panel holds q (|q| <= 127); each step's int16 pairs |c| * (sign(c) q)
+//     (<= 2 * 128 * 127) are widened at once; the sum starts at 0.
+//   else (Q4_0): the panel holds u = q + 128 and |c| <= 8: a block's 8 steps of pair sums add
+//     up in int16 (<= 8 * 2 * 255 * 8 = 32640), widened once per block and started at the bias.
+template <bool kSigned, int kR>
+void tile_block32(const TileArgs& a, float (*out)[1][kPanelLanes]) {
   __m256 acc[kR][kH];
   for (auto& row : acc)
     for (auto& v : row) v = _mm256_setzero_ps();
@@ -101,7 +59,7 @@ void tile_q4_0(const TileArgs& a, float (*out)[1][kPanelLanes]) {
   const int32_t* bias = a.w->bias.data() + a.r0 * nb;
   const float* scale = a.w->scale.data() + a.r0 * nb;
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i s[kR][kH];
+    __m256i s[kR][kH];  // kSigned: int32 sums; else int16 pair sums
     for (auto& row : s)
       for (auto& v : row) v = _mm256_setzero_si256();
     const int8_t* cb = c + b * kQK;
@@ -113,8 +71,17 @@ void tile_q4_0(const TileArgs& a, float (*out)[1][kPanelLanes]) {
 #pragma GCC unroll 4
       for (int r = 0; r < kR; ++r) {
         const __m256i wv = _mm256_set1_epi32(load_i32(cb + r * n_in + 4 * k));
+        if constexpr (kSigned) {
+          const __m256i wa = _mm256_abs_epi8(wv);  // -128 -> 0x80, read unsigned as 128
 #pragma GCC unroll 2
-        for (int h = 0; h < kH; ++h) s[r][h] = _mm256_add_epi16(s[r][h], _mm256_maddubs_epi16(x[h], wv));
+          for (int h = 0; h < kH; ++h) {
+            const __m256i p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x[h], wv));
+            s[r][h] = _mm256_add_epi32(s[r][h], _mm256_madd_epi16(p, ones));
+          }
+        } else {
+#pragma GCC unroll 2
+          for (int h = 0; h < kH; ++h) s[r][h] = _mm256_add_epi16(s[r][h], _mm256_maddubs_epi16(x[h], wv));
+        }
       }
     }
 #pragma GCC unroll 2
@@ -122,7 +89,8 @@ void tile_q4_0(const TileArgs& a, float (*out)[1][kPanelLanes]) {
       const __m256 dx = _mm256_loadu_ps(a.d + b * kPanelLanes + kLanes * h);
 #pragma GCC unroll 4
       for (int r = 0; r < kR; ++r) {
-        const __m256i s32 = _mm256_add_epi32(_mm256_madd_epi16(s[r][h], ones), _mm256_set1_epi32(bias[r * nb + b]));
+        __m256i s32 = s[r][h];
+        if constexpr (!kSigned) s32 = _mm256_add_epi32(_mm256_madd_epi16(s32, ones), _mm256_set1_epi32(bias[r * nb + b]));
         const __m256 sw = _mm256_set1_ps(scale[r * nb + b]);
         acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(sw, dx), acc[r][h]);
       }
@@ -213,9 +181,9 @@ using TileFn = void (*)(const TileArgs&, float (*out)[1][kPanelLanes]);
 TileFn tile_fn(DType dtype) {
   switch (dtype) {
     case DType::kQ8_0:
-      return tile_q8_0<kR>;
+      return tile_block32<true, kR>;
     case DType::kQ4_0:
-      return tile_q4_0<kR>;
+      return tile_block32<false, kR>;
     case DType::kQ4_K:
       return tile_kquant<32, 4, true, kR>;   // |c| <= 15: 4 * 2 * 255 * 15 = 30600
     case DType::kQ5_K:
