@@ -35,6 +35,27 @@ void print_config(const model::ModelConfig& c) {
     std::printf("attention       %s%s\n", c.has_qkv_bias ? "q/k/v bias " : "", c.has_qk_norm ? "q/k norm" : "");
   }
   if (c.sliding_window > 0) std::printf("sliding window  %lld\n", (long long)c.sliding_window);
+  if (c.has_layer_windows()) {
+    std::string global;
+    int64_t n_sliding = 0, window = 0;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      if (c.window_of(l) > 0) {
+        ++n_sliding;
+        window = c.window_of(l);
+      } else {
+        global += (global.empty() ? "" : ", ") + std::to_string(l);
+      }
+    }
+    std::printf("sliding window  %lld on %lld of %lld layers (global: %s), their rope base %g; every layer's KV cached\n",
+                (long long)window, (long long)n_sliding, (long long)c.n_layer, global.empty() ? "none" : global.c_str(),
+                c.rope_local.freq_base);
+  }
+  if (c.geglu || c.post_norms || c.embed_scale > 0 || c.final_logit_softcap > 0) {
+    std::printf("layer           %s%s%s", c.geglu ? "GeGLU FFN" : "SwiGLU FFN", c.post_norms ? ", post norms" : "",
+                c.embed_scale > 0 ? ", embedding x sqrt(width)" : "");
+    if (c.final_logit_softcap > 0) std::printf(", logits soft-capped at %g", c.final_logit_softcap);
+    std::printf("\n");
+  }
   std::printf("rms eps         %g\n", c.rms_eps);
   if (c.is_mla()) {
     std::printf("MLA             latent %lld + rope key %lld cached per token; q %s; heads qk %lld + %lld, v %lld\n",
@@ -119,7 +140,7 @@ int info(const std::string& path, const std::string& tokenizer_path, bool all_ke
 }
 
 int make_model(const std::string& shape_name, const std::string& dtype_name_str, const std::string& out, uint64_t seed,
-               bool quiet, int64_t cla) {
+               bool quiet, int64_t cla, double logit_scale, bool untied) {
   auto shape = model::find_model_shape(shape_name);
   if (!shape.is_ok()) return fail(shape.status());
   if (cla < 0 || cla == 1 || cla > shape->n_layer) {
@@ -127,6 +148,9 @@ int make_model(const std::string& shape_name, const std::string& dtype_name_str,
                                          std::to_string(shape->n_layer) + ")"));
   }
   shape->cla = cla;
+  if (!(logit_scale > 0) || logit_scale > 1000) return fail(Status::invalid_argument("--logit-scale must be in (0, 1000]"));
+  shape->output_norm_scale = static_cast<float>(logit_scale);
+  shape->untied_output = untied;
   auto mix = model::find_weight_mix(dtype_name_str);
   if (!mix.is_ok()) return fail(mix.status());
   ProgressBar bar("make-model " + shape_name + " layers", !quiet, /*bytes=*/false);
@@ -186,10 +210,14 @@ void register_make_model(CLI::App& app, int& exit_code) {
     uint64_t seed = 1234;
     bool quiet = false;
     int64_t cla = 0;
+    double logit_scale = 1.0;
+    bool untied = false;
   };
   auto o = std::make_shared<Options>();
+  std::string shapes;
+  for (const model::ModelShape& s : model::model_shapes()) shapes += (shapes.empty() ? "" : ", ") + s.name;
   CLI::App* cmd = app.add_subcommand("make-model", "write a random-weight GGUF of a named shape");
-  cmd->add_option("--shape", o->shape, "default, tiny, llama-110m, tinyllama-1.1b, tiny-mla, tiny-mla-q, dsv2-lite, dsv2-lite-gqa, dsv2-mini, dsv2-mini-gqa");
+  cmd->add_option("--shape", o->shape, shapes);
   cmd->add_option("--dtype", o->dtype,
                   "weights: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or a llama.cpp mix: q4_k_m, q5_k_m");
   cmd->add_option("-o,--output", o->out, "output .gguf")->required();
@@ -197,7 +225,15 @@ void register_make_model(CLI::App& app, int& exit_code) {
   cmd->add_flag("-q,--quiet", o->quiet, "no progress bar (drawn only when stderr is a terminal)");
   cmd->add_option("--cla", o->cla,
                   "cross-layer KV sharing: groups of N layers read the first one's K/V (attention.kv_source_layer)");
-  cmd->callback([o, &exit_code] { exit_code = make_model(o->shape, o->dtype, o->out, o->seed, o->quiet, o->cla); });
+  cmd->add_option("--logit-scale", o->logit_scale,
+                  "multiply output_norm's weights by X: peaked next-token distributions, so that greedy tokens "
+                  "compared across engines do not part at near-ties (cross-checks)");
+  cmd->add_flag("--untied-output", o->untied,
+                "gemma3: its own output.weight instead of the tied embedding (greedy tokens of a tied random "
+                "model repeat)");
+  cmd->callback([o, &exit_code] {
+    exit_code = make_model(o->shape, o->dtype, o->out, o->seed, o->quiet, o->cla, o->logit_scale, o->untied);
+  });
 }
 
 void register_convert(CLI::App& app, int& exit_code) {

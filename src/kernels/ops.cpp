@@ -58,6 +58,17 @@ void silu_mul(float* gate, const float* up, int64_t n, Isa isa) {
   }
 }
 
+void gelu_mul(float* gate, const float* up, int64_t n, Isa isa) {
+  if (isa >= Isa::kAvx512) return detail::gelu_mul_avx512(gate, up, n);
+  if (isa == Isa::kAvx2) return detail::gelu_mul_avx2(gate, up, n);
+  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float u2 = -2.0f * kC * (g + 0.044715f * g * g * g);
+    gate[i] = g / (1.0f + std::exp(u2)) * up[i];
+  }
+}
+
 void add_inplace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }

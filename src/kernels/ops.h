@@ -44,7 +44,16 @@ void silu_mul(float* gate, const float* up, int64_t n, Isa isa = detect_isa());
 namespace detail {
 void silu_mul_avx512(float* gate, const float* up, int64_t n);
 void silu_mul_avx2(float* gate, const float* up, int64_t n);
+void gelu_mul_avx512(float* gate, const float* up, int64_t n);
+void gelu_mul_avx2(float* gate, const float* up, int64_t n);
 }
+
+// gate[i] = gelu(gate[i]) * up[i] (GeGLU, Gemma's FFN), gelu the tanh approximation:
+//   gelu(g) = g/2 (1 + tanh(u)) = g / (1 + exp(-2u)),  u = sqrt(2/pi) (g + 0.044715 g^3)
+// computed in the second form (no tanh: the same exp as silu_mul, so the same ISA paths and the
+// same 2-ulp bound; for g < about -10, exp(-2u) overflows to inf and the result is -0, as
+// tanh gives within float precision). Scalar: the reference.
+void gelu_mul(float* gate, const float* up, int64_t n, Isa isa = detect_isa());
 
 // x[i] += y[i]
 void add_inplace(float* x, const float* y, int64_t n);

@@ -1,4 +1,4 @@
-// The AVX2 path of silu_mul (kernels/ops.h): the AVX-512 path's arithmetic, 8 lanes.
+// The AVX2 paths of silu_mul and gelu_mul (kernels/ops.h): the AVX-512 paths' arithmetic, 8 lanes.
 #include <immintrin.h>
 
 #include <cmath>
@@ -17,6 +17,25 @@ void silu_mul_avx2(float* gate, const float* up, int64_t n) {
     _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
   }
   for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void gelu_mul_avx2(float* gate, const float* up, int64_t n) {
+  // ops.h: g / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3))), the scalar reference's order.
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 a = _mm256_set1_ps(-2.0f * 0.7978845608028654f);
+  const __m256 b = _mm256_set1_ps(0.044715f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(b, g), g), g);
+    const __m256 e = exp256(_mm256_mul_ps(a, _mm256_add_ps(g, g3)));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+  constexpr float kC = 0.7978845608028654f;
+  for (; i < n; ++i) {
+    const float x = gate[i];
+    gate[i] = x / (1.0f + std::exp(-2.0f * kC * (x + 0.044715f * x * x * x))) * up[i];
+  }
 }
 
 }  // namespace pagoda::kernels::detail

@@ -21,13 +21,6 @@ using nlohmann::json;
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-// Layer i slides unless (i + 1) % pattern == 0 (Gemma 2: pattern 2, Gemma 3: 6, Cohere 2: 4).
-std::vector<bool> sliding_pattern(int64_t n_layer, int64_t pattern) {
-  std::vector<bool> out(static_cast<size_t>(n_layer));
-  for (int64_t i = 0; i < n_layer; ++i) out[static_cast<size_t>(i)] = (i + 1) % pattern != 0;
-  return out;
-}
-
 // Canonical form: no window without a sliding layer, an empty pattern when every layer slides.
 void normalize_windows(KvSpec& s) {
   if (s.sliding_window <= 0) {
@@ -78,24 +71,6 @@ Result<std::optional<int64_t>> gguf_uniform_int(const GgufFile& f, const std::st
   return Status::error("metadata key '" + key + "' is not an integer");
 }
 
-Result<std::vector<bool>> gguf_sliding_layers(const GgufFile& f, const std::string& arch, int64_t n_layer) {
-  const std::string key = arch + ".attention.sliding_window_pattern";
-  if (const GgufValue* v = f.find(key)) {
-    if (auto n = v->as_int(); n && *n > 0) return sliding_pattern(n_layer, *n);
-    const std::vector<uint8_t>* raw = v->array_bytes();
-    if (v->type == GgufType::kArray && v->element_type == GgufType::kBool && raw != nullptr &&
-        static_cast<int64_t>(raw->size()) == n_layer) {
-      std::vector<bool> out;
-      for (uint8_t b : *raw) out.push_back(b != 0);
-      return out;
-    }
-    return Status::error("metadata key '" + key + "' is neither a positive integer nor " + str(n_layer) + " bools");
-  }
-  if (const arch::ArchInfo* a = arch::find_gguf(arch); a != nullptr && a->default_sliding_pattern > 0) {
-    return sliding_pattern(n_layer, a->default_sliding_pattern);
-  }
-  return std::vector<bool>{};  // every layer
-}
 
 }  // namespace
 

@@ -119,6 +119,10 @@ Status LlamaModel::bind(const TensorTable& f) {
         PAGODA_ASSIGN_OR_RETURN(w.k_norm, load_vector(f, p + "attn_k_norm.weight", c.head_dim));
       }
     }
+    if (c.post_norms) {
+      PAGODA_ASSIGN_OR_RETURN(w.attn_post_norm, load_vector(f, p + "post_attention_norm.weight", c.n_embd));
+      PAGODA_ASSIGN_OR_RETURN(w.ffn_post_norm, load_vector(f, p + "post_ffw_norm.weight", c.n_embd));
+    }
   }
   return Status::ok();
 }
@@ -131,6 +135,7 @@ int64_t LlamaModel::weight_bytes() const {
       if (m->data != nullptr) add(*m);
     }
     bytes += static_cast<int64_t>(w.attn_norm.size() + w.ffn_norm.size() + w.q_norm.size() + w.k_norm.size() +
+                                  w.attn_post_norm.size() + w.ffn_post_norm.size() +
                                   w.q_a_norm.size() + w.kv_a_norm.size() + w.wk_b.size() + w.wv_b.size()) * 4;
   }
   add(output_);
@@ -210,6 +215,10 @@ void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerVi
   const ModelConfig& c = model_.config();
   if (c.is_mla()) {
     forward_mla(batch, kv_layers, logits);
+    return;
+  }
+  if (c.arch == Arch::kGemma3) {
+    forward_gemma3(batch, kv_layers, logits);
     return;
   }
   const int64_t T = batch.n_tokens();
@@ -322,6 +331,18 @@ void ForwardPass::classify(const Batch& batch, float* logits) {
     const int64_t n = std::min(max_tokens_, R - r0);
     matmul_.run(model_.output(), xb + r0 * d, n, logits + r0 * c.n_vocab);
   }
+  if (c.final_logit_softcap > 0) {  // gemma: cap * tanh(z / cap)
+    const float cap = c.final_logit_softcap;
+    pool_.parallel_for(R * c.n_vocab, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    }, 4096);
+  }
+}
+
+kernels::AttentionParams ForwardPass::layer_attention(int64_t l, float scale) const {
+  const int64_t own = model_.config().window_of(l);
+  if (own > 0 && (window_ == 0 || own < window_)) return kernels::AttentionParams{model_.config().n_head, scale, own, 0};
+  return kernels::AttentionParams{model_.config().n_head, scale, window_, n_sinks_};
 }
 
 }  // namespace pagoda::model

@@ -36,7 +36,8 @@ struct LayerWeights {
   kernels::WeightView w_up;       // [n_ff, n_embd]
   kernels::WeightView w_down;     // [n_embd, n_ff]
   std::vector<float> bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim] (qwen2), else empty
-  std::vector<float> q_norm, k_norm;  // [head_dim] each (qwen3), else empty
+  std::vector<float> q_norm, k_norm;  // [head_dim] each (qwen3, gemma3), else empty
+  std::vector<float> attn_post_norm, ffn_post_norm;  // [n_embd] each (gemma3), else empty
   // MLA (deepseek2; wk, wv unused). r = kv_lora_rank, dn/dr = qk_nope/rope dims, dv = v_head_dim.
   kernels::WeightView wq_a;           // [q_lora_rank, n_embd] (q LoRA; wq is then [q_dim, q_lora_rank])
   std::vector<float> q_a_norm;        // [q_lora_rank]
@@ -115,6 +116,11 @@ class ForwardPass {
   void classify(const Batch& batch, float* logits);     // logits of batch.logit_rows
   // deepseek2 (deepseek2_model.cpp): MLA attention in the absorbed form, then the dense FFN.
   void forward_mla(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits);
+  // gemma3 (arch/gemma3_forward.cpp; the arithmetic in arch/gemma3.h).
+  void forward_gemma3(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits);
+  // The mask of layer l: its own window (no sinks) where it has one narrower than the
+  // engine's, else the engine's window and sinks.
+  kernels::AttentionParams layer_attention(int64_t l, float scale) const;
 
   const LlamaModel& model_;
   ThreadPool& pool_;

@@ -134,6 +134,15 @@ Status validate_config(const ModelConfig& c) {
   }
   if (!(c.rms_eps > 0) || !std::isfinite(c.rms_eps)) return Status::error("bad rms norm epsilon");
   if (c.sliding_window < 0) return Status::error("negative sliding window");
+  if (!c.layer_window.empty()) {
+    if (static_cast<int64_t>(c.layer_window.size()) != c.n_layer) return Status::error("per-layer windows do not match the layer count");
+    for (int64_t w : c.layer_window) {
+      if (w < 0) return Status::error("negative sliding window");
+    }
+    if (c.rope_local.head_dim != c.head_dim || c.rope_local.rot_dim != c.rope.rot_dim || !(c.rope_local.freq_base > 0)) {
+      return Status::error("bad RoPE of the sliding-window layers");
+    }
+  }
   if (c.n_vocab <= 0) return Status::error("cannot tell the vocabulary size");
   if (c.n_vocab > (int64_t{1} << 24)) return Status::error("bad vocabulary size " + std::to_string(c.n_vocab));
   if (c.n_ctx_train <= 0) return Status::error("bad context length " + std::to_string(c.n_ctx_train));
@@ -165,6 +174,31 @@ Result<std::vector<float>> llama3_freq_factors(const Llama3RopeScaling& s, doubl
     factors[i] = static_cast<float>(1.0 / scaled);
   }
   return factors;
+}
+
+std::vector<bool> sliding_pattern(int64_t n_layer, int64_t pattern) {
+  std::vector<bool> out(static_cast<size_t>(n_layer));
+  for (int64_t i = 0; i < n_layer; ++i) out[static_cast<size_t>(i)] = (i + 1) % pattern != 0;
+  return out;
+}
+
+Result<std::vector<bool>> gguf_sliding_layers(const GgufFile& f, const std::string& arch, int64_t n_layer) {
+  const std::string key = arch + ".attention.sliding_window_pattern";
+  if (const GgufValue* v = f.find(key)) {
+    if (auto n = v->as_int(); n && *n > 0) return sliding_pattern(n_layer, *n);
+    const std::vector<uint8_t>* raw = v->array_bytes();
+    if (v->type == GgufType::kArray && v->element_type == GgufType::kBool && raw != nullptr &&
+        static_cast<int64_t>(raw->size()) == n_layer) {
+      std::vector<bool> out;
+      for (uint8_t b : *raw) out.push_back(b != 0);
+      return out;
+    }
+    return Status::error("metadata key '" + key + "' is neither a positive integer nor " + std::to_string(n_layer) + " bools");
+  }
+  if (const arch::ArchInfo* a = arch::find_gguf(arch); a != nullptr && a->default_sliding_pattern > 0) {
+    return sliding_pattern(n_layer, a->default_sliding_pattern);
+  }
+  return std::vector<bool>{};  // every layer
 }
 
 Result<ModelConfig> config_from_gguf(const GgufFile& file) {
@@ -219,6 +253,7 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file) {
     PAGODA_ASSIGN_OR_RETURN(c.rope.freq_factors, read_rope_freqs(file, c.rope.rot_dim));
   }
   if (a->mla) PAGODA_RETURN_IF_ERROR(read_mla_config(file, p, yarn_attn_mscale(yarn), c));
+  if (a->read_gguf != nullptr) PAGODA_RETURN_IF_ERROR(a->read_gguf(file, p, c));
   if (const GgufValue* v = file.find(p + "attention.kv_source_layer")) {
     auto sources = v->to_int_array();
     if (!sources.has_value()) return Status::error("attention.kv_source_layer must be an array of layer indices");

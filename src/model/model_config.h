@@ -15,18 +15,18 @@ namespace pagoda::model {
 
 class GgufFile;
 
-enum class Arch { kLlama, kQwen2, kQwen3, kDeepseek2 };
+enum class Arch { kLlama, kQwen2, kQwen3, kDeepseek2, kGemma3 };
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
-  std::string arch_name;     // "llama", "qwen2", "qwen3", "deepseek2"
+  std::string arch_name;     // "llama", "qwen2", "qwen3", "deepseek2", "gemma3"
   std::string name;          // general.name, if any
   int64_t n_embd = 0;        // model width
   int64_t n_layer = 0;
   int64_t n_head = 0;        // query heads
   int64_t n_kv_head = 0;     // K/V heads (GQA when < n_head, MQA when 1)
   int64_t head_dim = 0;
-  int64_t n_ff = 0;          // SwiGLU hidden width
+  int64_t n_ff = 0;          // SwiGLU / GeGLU hidden width
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;   // context length the model was trained with
   float rms_eps = 1e-5f;
@@ -36,6 +36,21 @@ struct ModelConfig {
   // {arch}.attention.sliding_window; 0 if absent. > 0: every layer attends only to the last
   // sliding_window positions (position p sees t with p - t < sliding_window).
   int64_t sliding_window = 0;
+  // Interleaved sliding-window layers (Gemma 3): [n_layer] the window of each layer, 0 for a
+  // global one; empty: every layer follows sliding_window. The cache keeps every layer's blocks
+  // (sliding_window stays 0); the attention mask applies each layer's window.
+  std::vector<int64_t> layer_window;
+  kernels::RopeParams rope_local;   // RoPE of the layers with a window (Gemma 3: base 10000, unscaled)
+  // Gemma 3's layer: the embedding times embed_scale (sqrt(n_embd)), a norm after attention and
+  // after the FFN (post_norms) before each residual add, a GeGLU FFN (gelu(tanh) instead of
+  // silu), and the logits soft-capped to final_logit_softcap x tanh(z / cap) when > 0.
+  float embed_scale = 0.0f;         // 0: none
+  bool post_norms = false;
+  bool geglu = false;
+  float final_logit_softcap = 0.0f; // 0: none
+  bool has_layer_windows() const { return !layer_window.empty(); }
+  int64_t window_of(int64_t l) const { return layer_window.empty() ? sliding_window : layer_window[l]; }
+
   // MLA (deepseek2, kv_lora_rank > 0): head_dim = qk_nope_dim + qk_rope_dim is the query/key
   // head width, rope.rot_dim = qk_rope_dim, n_kv_head = n_head (the decompressed heads). The
   // cache holds one latent row of kv_lora_rank + qk_rope_dim per token and layer.
@@ -70,6 +85,14 @@ struct ModelConfig {
     return is_mla() ? n_kv_layers() * kv_cache_head_dim() * elem_bytes : 2 * n_kv_layers() * kv_dim() * elem_bytes;
   }
 };
+
+// Which layers slide in a file with {arch}.attention.sliding_window: {arch}.attention.
+// sliding_window_pattern as an integer n (layer i slides unless (i + 1) % n == 0, llama.cpp's
+// set_swa_pattern) or n_layer bools; absent: the registry's default pattern for the
+// architecture; none either: empty (every layer slides).
+Result<std::vector<bool>> gguf_sliding_layers(const GgufFile& file, const std::string& arch, int64_t n_layer);
+// [n_layer]: layer i slides unless (i + 1) % pattern == 0.
+std::vector<bool> sliding_pattern(int64_t n_layer, int64_t pattern);
 
 // Reads and validates the hyperparameters; the error names the missing or bad key.
 // A tensor rope_freqs.weight ([rot_dim / 2] f32) becomes rope.freq_factors.

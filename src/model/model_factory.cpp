@@ -12,8 +12,14 @@ namespace pagoda::model {
 
 namespace {
 constexpr uint32_t kGgmlF32 = 0;
+}  // namespace
 
-// Adds a [n_out, n_in] matrix of random values stored as `dtype`.
+Status add_random_f32(GgufFile& file, const std::string& name, int64_t n, float lo, float hi, Rng& rng) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = rng.uniform(lo, hi);
+  return file.add_tensor(name, {n}, kGgmlF32, v.data(), v.size() * sizeof(float));
+}
+
 Status add_random_matrix(GgufFile& file, const std::string& name, int64_t n_out, int64_t n_in, DType dtype,
                          Rng& rng) {
   const float a = std::sqrt(3.0f / static_cast<float>(n_in));
@@ -27,14 +33,16 @@ Status add_random_matrix(GgufFile& file, const std::string& name, int64_t n_out,
   return file.add_tensor(name, {n_in, n_out}, ggml_type_from_dtype(dtype), data.data(), data.size());
 }
 
+namespace {
+
 Status add_random_vector(GgufFile& file, const std::string& name, int64_t n, Rng& rng) {
   std::vector<float> v(n);
   for (auto& x : v) x = rng.uniform(-0.5f, 0.5f);
   return file.add_tensor(name, {n}, kGgmlF32, v.data(), v.size() * sizeof(float));
 }
 
-Status add_ones(GgufFile& file, const std::string& name, int64_t n) {
-  std::vector<float> ones(n, 1.0f);
+Status add_ones(GgufFile& file, const std::string& name, int64_t n, float value = 1.0f) {
+  std::vector<float> ones(n, value);
   return file.add_tensor(name, {n}, kGgmlF32, ones.data(), ones.size() * sizeof(float));
 }
 
@@ -44,6 +52,7 @@ const std::vector<ModelShape>& model_shapes() {
   static const std::vector<ModelShape> kShapes = {
       {"default", 256, 4, 8, 4, 768, 512, 2048},
       {"tiny", 64, 2, 4, 2, 96, 320, 512},
+      {"tiny-qwen3", 64, 2, 4, 2, 96, 320, 512, "qwen3"},
       {"llama-110m", 768, 12, 12, 12, 2048, 32000, 2048},
       {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048},
       {"tiny-mla", 64, 2, 4, 4, 96, 320, 512, "deepseek2", 0, 0, 32, 16, 8, 16},
@@ -52,6 +61,17 @@ const std::vector<ModelShape>& model_shapes() {
       {"dsv2-lite-gqa", 2048, 27, 16, 4, 1408, 32000, 4096},
       {"dsv2-mini", 2048, 4, 16, 16, 1408, 32000, 4096, "deepseek2", 0, 0, 512, 128, 64, 128},
       {"dsv2-mini-gqa", 2048, 4, 16, 4, 1408, 32000, 4096},
+      // Gemma 3: windows of 8 over blocks of 4 in the tests; 270M's geometry (head 256, window
+      // 512, one global layer in six) for benchmarks.
+      {"tiny-gemma3", 64, 4, 4, 2, 96, 320, 512, "gemma3", 8, 0, 0, 0, 0, 0, 0, 0, 32, 3},
+      {"gemma3-270m", 640, 18, 4, 1, 2048, 32000, 32768, "gemma3", 512, 0, 0, 0, 0, 0, 0, 0, 256, 6},
+      // Cross-checks against llama.cpp (bench/peer/arch_crosscheck.sh): small layers, a 32000
+      // vocabulary (llama-server fails on a lone byte token's invalid UTF-8, which the 320-token
+      // test vocabularies generate often), windows shorter than the prompt.
+      {"xc-llama", 128, 4, 4, 2, 256, 32000, 4096},
+      {"xc-qwen3", 128, 4, 4, 2, 256, 32000, 4096, "qwen3"},
+      {"xc-mla", 128, 4, 4, 4, 256, 32000, 4096, "deepseek2", 0, 48, 64, 32, 16, 32, 4.0},
+      {"xc-gemma3", 128, 6, 4, 2, 256, 32000, 4096, "gemma3", 64, 0, 0, 0, 0, 0, 0, 0, 64, 3},
   };
   return kShapes;
 }
@@ -153,8 +173,9 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
     if (progress) progress(done, s.n_layer + 2);
   };
   const arch::ArchInfo* family = arch::find_gguf(s.arch);
-  // Written here: MLA (deepseek2) and the plain families without q/k norms (llama, qwen2).
-  if (family == nullptr || !family->arch || family->qk_norm) {
+  if (family != nullptr && family->write_random) return family->write_random(s, mix, seed, progress);
+  // Written here: MLA (deepseek2) and the plain families (llama, qwen2, qwen3).
+  if (family == nullptr || !family->arch) {
     return Status::error("make-model cannot write architecture '" + s.arch + "'");
   }
   if (family->mla) {
@@ -211,6 +232,10 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
       PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_v.weight", kv_dim, s.n_embd));
     }
     PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_output.weight", s.n_embd, q_dim));
+    if (family->qk_norm) {  // qwen3: per-head norms, random so that they matter
+      PAGODA_RETURN_IF_ERROR(add_random_f32(f, p + "attn_q_norm.weight", head_dim, 0.5f, 1.5f, rng));
+      if (owns_kv) PAGODA_RETURN_IF_ERROR(add_random_f32(f, p + "attn_k_norm.weight", head_dim, 0.5f, 1.5f, rng));
+    }
     if (family->qkv_bias) {
       PAGODA_RETURN_IF_ERROR(add_random_vector(f, p + "attn_q.bias", q_dim, rng));
       if (owns_kv) {
@@ -224,7 +249,7 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
     PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_down.weight", s.n_embd, s.n_ff));
     report(l + 2);
   }
-  PAGODA_RETURN_IF_ERROR(add_ones(f, "output_norm.weight", s.n_embd));
+  PAGODA_RETURN_IF_ERROR(add_ones(f, "output_norm.weight", s.n_embd, s.output_norm_scale));
   PAGODA_RETURN_IF_ERROR(add_weight("output.weight", s.n_vocab, s.n_embd));
   report(s.n_layer + 2);
   return f;
@@ -247,6 +272,9 @@ Result<GgufFile> make_random_mla_model(const ModelShape& s, const WeightMix& mix
   f.set(a + "block_count", u32(s.n_layer));
   f.set(a + "feed_forward_length", u32(s.n_ff));
   f.set(a + "leading_dense_block_count", u32(s.n_layer));
+  // Every layer is dense; llama.cpp reads these two keys of a deepseek2 file all the same.
+  f.set(a + "expert_feed_forward_length", u32(s.n_ff));
+  f.set(a + "expert_shared_count", u32(0));
   f.set(a + "attention.head_count", u32(H));
   f.set(a + "attention.head_count_kv", u32(H));
   f.set(a + "attention.key_length", u32(dn + dr));
@@ -294,7 +322,7 @@ Result<GgufFile> make_random_mla_model(const ModelShape& s, const WeightMix& mix
     PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_down.weight", s.n_embd, s.n_ff));
     report(l + 2);
   }
-  PAGODA_RETURN_IF_ERROR(add_ones(f, "output_norm.weight", s.n_embd));
+  PAGODA_RETURN_IF_ERROR(add_ones(f, "output_norm.weight", s.n_embd, s.output_norm_scale));
   PAGODA_RETURN_IF_ERROR(add_weight("output.weight", s.n_vocab, s.n_embd));
   report(s.n_layer + 2);
   return f;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/rng.h"
 #include "core/status.h"
 #include "model/format/gguf.h"
 #include "model/text/tokenizer.h"
@@ -22,7 +23,8 @@ namespace pagoda::model {
 struct ModelShape {
   std::string name;
   int64_t n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx;
-  std::string arch = "llama";  // or "qwen2" (q/k/v biases, NeoX RoPE), "deepseek2" (MLA)
+  std::string arch = "llama";  // or "qwen2" (q/k/v biases, NeoX RoPE), "qwen3" (q/k norms, NeoX),
+                               // "deepseek2" (MLA), "gemma3" (arch/gemma3.h)
   int64_t sliding_window = 0;  // > 0: written as {arch}.attention.sliding_window
   // deepseek2 only (n_kv_head is then n_head; n_embd need not be n_head x head dim): MLA with a
   // latent of kv_lora_rank, query/key heads of qk_nope_dim + qk_rope_dim, values of v_head_dim,
@@ -32,9 +34,23 @@ struct ModelShape {
   // > 1: cross-layer KV sharing, groups of `cla` layers reading the K/V of the group's first
   // ({arch}.attention.kv_source_layer; the others get no attn_k / attn_v). llama/qwen2 only.
   int64_t cla = 0;
+  // gemma3: head width (0: n_embd / n_head), every `sliding_pattern`-th layer global and the
+  // others sliding over `sliding_window` (written as attention.sliding_window_pattern), and
+  // final_logit_softcapping when logit_softcap > 0.
+  int64_t head_dim = 0;
+  int64_t sliding_pattern = 0;
+  float logit_softcap = 0.0f;
+  // output_norm's weights times this (every family): > 1 peaks the next-token distribution of a
+  // random model, so that engines compared by greedy tokens do not part at near-ties.
+  float output_norm_scale = 1.0f;
+  // gemma3 (tied by default): write its own output.weight. A tied random model keeps repeating
+  // its last token, which makes greedy tokens a weak cross-check.
+  bool untied_output = false;
 };
 
-// Known shapes: "default" (built in), "tiny" (tests), "llama-110m", "tinyllama-1.1b", and MLA
+// Known shapes: "default" (built in), "tiny" (tests), "tiny-qwen3", "llama-110m", "tinyllama-1.1b", Gemma 3
+// ones: "tiny-gemma3" (tests) and "gemma3-270m" (Gemma 3 270M's layers with a 32000 vocab),
+// "xc-llama", "xc-qwen3", "xc-mla", "xc-gemma3" (small layers, 32000 tokens: cross-checks), and MLA
 // ones: "tiny-mla" (plain q), "tiny-mla-q" (q LoRA + YaRN), "dsv2-lite" (DeepSeek-V2-Lite's
 // attention geometry with a dense FFN of its expert width) next to "dsv2-lite-gqa" (the same
 // model with GQA, 4 kv heads of 128, for the capacity and speed comparison), and "dsv2-mini" /
@@ -70,6 +86,11 @@ Result<GgufFile> make_random_model(const ModelShape& shape, DType dtype, uint64_
 // progress(layers done, n_layer + 2), when given, after the embedding, each layer and the output.
 Result<GgufFile> make_random_model(const ModelShape& shape, const WeightMix& mix, uint64_t seed = 1234,
                                    const std::function<void(int64_t done, int64_t total)>& progress = nullptr);
+
+// Writers' building blocks (also model/arch/ families): a random [n_out, n_in] weight stored as
+// `dtype` (uniform in +-sqrt(3 / n_in)), and an f32 vector uniform in [lo, hi].
+Status add_random_matrix(GgufFile& file, const std::string& name, int64_t n_out, int64_t n_in, DType dtype, Rng& rng);
+Status add_random_f32(GgufFile& file, const std::string& name, int64_t n, float lo, float hi, Rng& rng);
 
 // The built-in default model ("default" shape, f32, seed 1234).
 Result<GgufFile> make_default_model();

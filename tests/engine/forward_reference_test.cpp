@@ -76,6 +76,8 @@ TEST(ForwardReference, EngineMatchesFloat64ForwardOnManyShapesAndTypes) {
       {"GQA hd64 q4_k", {"t", 256, 2, 4, 2, 512, 300, 64}, DType::kQ4_K},
       {"MHA hd32 q5_k", {"t", 256, 1, 8, 8, 256, 280, 64}, DType::kQ5_K},
       {"qwen2 GQA hd64 q6_k", {"t", 256, 2, 4, 2, 256, 300, 64, "qwen2"}, DType::kQ6_K},
+      {"qwen3 GQA hd16 f32", {"t", 64, 2, 4, 2, 96, 300, 64, "qwen3"}, DType::kF32},
+      {"qwen3 GQA hd32 q8_0", {"t", 128, 2, 4, 2, 96, 300, 64, "qwen3"}, DType::kQ8_0},
       // Sliding windows (GGUF attention.sliding_window): shorter than the 21 tokens scored,
       // and not a multiple of the block size (4).
       {"GQA hd8 window 7 f32", {"t", 64, 2, 8, 2, 96, 300, 64, "llama", 7}, DType::kF32},

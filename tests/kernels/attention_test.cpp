@@ -434,6 +434,34 @@ TEST(Ops, SiluMulOfEveryIsaMatchesTheScalarOne) {
   }
 }
 
+// gelu_mul (GeGLU) likewise, and its scalar reference against the tanh form in double.
+TEST(Ops, GeluMulOfEveryIsaMatchesTheScalarOneAndTheTanhForm) {
+  Rng rng(22);
+  for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 100, 1024}) {
+    std::vector<float> g(n), u(n);
+    for (int64_t i = 0; i < n; ++i) {
+      g[i] = i % 7 == 0 ? rng.uniform(-100.0f, 100.0f) : 4.0f * rng.normal();
+      u[i] = rng.normal();
+    }
+    std::vector<float> want = g;
+    gelu_mul(want.data(), u.data(), n, Isa::kScalar);
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = g[i];
+      const double tanh_form = 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))) * u[i];
+      ASSERT_NEAR(want[i], tanh_form, 1e-6 * std::fabs(x * u[i]) + 1e-30) << "g " << g[i];
+    }
+    for (Isa isa : supported_isas()) {
+      if (isa == Isa::kScalar) continue;
+      SCOPED_TRACE(isa_name(isa));
+      std::vector<float> got = g;
+      gelu_mul(got.data(), u.data(), n, isa);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(got[i], want[i], 6e-7f * std::fabs(g[i] * u[i]) + 1e-30f) << "n " << n << " g " << g[i];
+      }
+    }
+  }
+}
+
 TEST(Ops, RmsnormSiluSoftmax) {
   std::vector<float> x = {1, 2, 3, 4}, w = {1, 1, 2, 0.5f}, y(4);
   rmsnorm(x.data(), w.data(), y.data(), 1, 4, 0.0f);

@@ -41,10 +41,10 @@ TEST(ArchRegistry, EveryNameMapsToOneEntry) {
 }
 
 TEST(ArchRegistry, RunnableFamiliesAndTheirTraits) {
-  for (Arch arch : {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kDeepseek2}) {
+  for (Arch arch : {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kDeepseek2, Arch::kGemma3}) {
     EXPECT_EQ(info(arch).arch, arch);
   }
-  EXPECT_EQ(runnable_gguf_names(), "llama, qwen2, qwen3, deepseek2");
+  EXPECT_EQ(runnable_gguf_names(), "llama, qwen2, qwen3, deepseek2, gemma3");
   EXPECT_EQ(runnable_hf_classes(), "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM");
   EXPECT_TRUE(info(Arch::kQwen2).qkv_bias);
   EXPECT_TRUE(info(Arch::kQwen3).qk_norm);
@@ -52,10 +52,12 @@ TEST(ArchRegistry, RunnableFamiliesAndTheirTraits) {
   EXPECT_TRUE(info(Arch::kLlama).convert_permutes_qk);
   EXPECT_EQ(info(Arch::kQwen2).gguf_rope, kernels::RopeStyle::kNeoxHalves);
   EXPECT_EQ(info(Arch::kLlama).gguf_rope, kernels::RopeStyle::kAdjacentPairs);
+  EXPECT_EQ(info(Arch::kGemma3).default_sliding_pattern, 6);
+  EXPECT_TRUE(info(Arch::kGemma3).qk_norm && info(Arch::kGemma3).read_gguf && info(Arch::kGemma3).write_random);
+  EXPECT_EQ(info(Arch::kGemma3).gguf_rope, kernels::RopeStyle::kNeoxHalves);
   // Known to kvcalc, not runnable.
-  ASSERT_NE(find_gguf("gemma3"), nullptr);
-  EXPECT_FALSE(find_gguf("gemma3")->arch.has_value());
-  EXPECT_EQ(find_gguf("gemma3")->default_sliding_pattern, 6);
+  ASSERT_NE(find_gguf("gemma2"), nullptr);
+  EXPECT_FALSE(find_gguf("gemma2")->arch.has_value());
   EXPECT_EQ(find_hf_model_type("gemma2")->default_sliding_pattern, 2);
 }
 
@@ -67,8 +69,8 @@ TEST(ArchRegistry, CheckRunnableReadsOnlyTheHeader) {
   auto refused = check_runnable(f);
   ASSERT_FALSE(refused.is_ok());
   EXPECT_EQ(refused.status().message(),
-            "unsupported architecture 'qwen3moe' (supported: llama, qwen2, qwen3, deepseek2)");
-  f.set("general.architecture", GgufValue::of_string("gemma3"));  // known to kvcalc only
+            "unsupported architecture 'qwen3moe' (supported: llama, qwen2, qwen3, deepseek2, gemma3)");
+  f.set("general.architecture", GgufValue::of_string("gemma2"));  // known to kvcalc only
   EXPECT_FALSE(check_runnable(f).is_ok());
   f.set("general.architecture", GgufValue::of_string("qwen2"));
   auto ok = check_runnable(f);

@@ -25,6 +25,71 @@ GgufFile base(const std::string& arch) {
   return f;
 }
 
+// gemma3 (model/arch/gemma3.h): the window of each layer from the pattern (an integer, n_layer
+// bools, or the default of 6), the local RoPE base, the soft-cap, the scales, and refusals.
+TEST(ModelConfig, Gemma3LayerWindowsAndScales) {
+  GgufFile f = base("gemma3");
+  f.set("gemma3.block_count", GgufValue::of_u32(7));
+  f.set("gemma3.attention.key_length", GgufValue::of_u32(32));
+  f.set("gemma3.rope.freq_base", GgufValue::of_f32(1e6f));
+  f.set("gemma3.rope.scaling.type", GgufValue::of_string("linear"));
+  f.set("gemma3.rope.scaling.factor", GgufValue::of_f32(8.0f));
+  f.set("gemma3.attention.sliding_window", GgufValue::of_u32(512));
+  auto c = config_from_gguf(f);  // default pattern 6: layer 5 global
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->arch, Arch::kGemma3);
+  EXPECT_EQ(c->sliding_window, 0);  // the cache keeps every layer's blocks
+  EXPECT_EQ(c->layer_window, (std::vector<int64_t>{512, 512, 512, 512, 512, 0, 512}));
+  EXPECT_EQ(c->window_of(5), 0);
+  EXPECT_FLOAT_EQ(c->rope.freq_base, 1e6f);
+  EXPECT_FLOAT_EQ(c->rope.freq_scale, 0.125f);
+  EXPECT_FLOAT_EQ(c->rope_local.freq_base, 10000.0f);  // llama.cpp's default for the sliding layers
+  EXPECT_FLOAT_EQ(c->rope_local.freq_scale, 1.0f);
+  EXPECT_EQ(c->rope_local.style, kernels::RopeStyle::kNeoxHalves);
+  EXPECT_FLOAT_EQ(c->embed_scale, 8.0f);  // sqrt(64)
+  EXPECT_FLOAT_EQ(c->attn_scale, 1.0f / std::sqrt(32.0f));
+  EXPECT_FLOAT_EQ(c->rms_eps, 1e-6f);
+  EXPECT_TRUE(c->geglu && c->post_norms && c->has_qk_norm);
+  EXPECT_EQ(c->final_logit_softcap, 0.0f);
+
+  f.set("gemma3.attention.sliding_window_pattern", GgufValue::of_u32(3));
+  f.set("gemma3.rope.freq_base_swa", GgufValue::of_f32(20000.0f));
+  f.set("gemma3.final_logit_softcapping", GgufValue::of_f32(30.0f));
+  c = config_from_gguf(f);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->layer_window, (std::vector<int64_t>{512, 512, 0, 512, 512, 0, 512}));
+  EXPECT_FLOAT_EQ(c->rope_local.freq_base, 20000.0f);
+  EXPECT_FLOAT_EQ(c->final_logit_softcap, 30.0f);
+
+  std::vector<uint8_t> bools = {1, 0, 1, 1, 0, 1, 0};
+  f.set("gemma3.attention.sliding_window_pattern", GgufValue::numeric_array(GgufType::kBool, bools));
+  c = config_from_gguf(f);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->layer_window, (std::vector<int64_t>{512, 0, 512, 512, 0, 512, 0}));
+
+  f.set("gemma3.attention.sliding_window_pattern", GgufValue::of_string("five"));
+  EXPECT_NE(config_from_gguf(f).status().message().find("sliding_window_pattern"), std::string::npos);
+  f.set("gemma3.attention.sliding_window_pattern", GgufValue::of_u32(6));
+  f.set("gemma3.final_logit_softcapping", GgufValue::of_f32(-1.0f));
+  EXPECT_NE(config_from_gguf(f).status().message().find("final_logit_softcapping"), std::string::npos);
+  f.set("gemma3.final_logit_softcapping", GgufValue::of_f32(30.0f));
+  f.set("gemma3.rope.freq_base_swa", GgufValue::of_f32(0.0f));
+  EXPECT_NE(config_from_gguf(f).status().message().find("freq_base_swa"), std::string::npos);
+
+  GgufFile global = base("gemma3");  // no window: every layer global
+  c = config_from_gguf(global);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_TRUE(c->layer_window.empty());
+  EXPECT_EQ(c->window_of(1), 0);
+
+  GgufFile big = base("gemma3");  // the 62-layer (27B) model scales by n_embd / n_head
+  big.set("gemma3.block_count", GgufValue::of_u32(62));
+  big.set("gemma3.attention.key_length", GgufValue::of_u32(32));
+  c = config_from_gguf(big);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_FLOAT_EQ(c->attn_scale, 1.0f / std::sqrt(16.0f));
+}
+
 TEST(ModelConfig, Qwen3WithKeyLength) {
   GgufFile f = base("qwen3");
   f.set("qwen3.attention.key_length", GgufValue::of_u32(32));

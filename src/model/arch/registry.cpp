@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "model/arch/gemma3.h"
 #include "model/format/gguf.h"
 
 namespace pagoda::model::arch {
@@ -54,6 +55,21 @@ std::vector<ArchInfo> make_table() {
     a.mla = true;
     t.push_back(a);
   }
+  {
+    ArchInfo a;  // interleaved sliding/global layers, GeGLU, four norms (arch/gemma3.h)
+    a.gguf_name = "gemma3";
+    a.hf_model_types = {"gemma3_text"};
+    a.arch = Arch::kGemma3;
+    a.gguf_rope = RopeStyle::kNeoxHalves;
+    a.qk_norm = true;
+    a.read_gguf = read_gemma3_gguf;
+    a.write_random = make_random_gemma3_model;
+    a.default_sliding_pattern = 6;
+    a.dense_estimate = true;
+    a.four_norms = true;
+    a.tied_by_default = true;
+    t.push_back(a);
+  }
   // Known to kvcalc only.
   {
     ArchInfo a;
@@ -70,17 +86,6 @@ std::vector<ArchInfo> make_table() {
     a.default_sliding_pattern = 2;
     a.dense_estimate = true;
     a.four_norms = true;
-    a.tied_by_default = true;
-    t.push_back(a);
-  }
-  {
-    ArchInfo a;
-    a.gguf_name = "gemma3";
-    a.hf_model_types = {"gemma3_text"};
-    a.default_sliding_pattern = 6;
-    a.dense_estimate = true;
-    a.four_norms = true;
-    a.qk_norm = true;
     a.tied_by_default = true;
     t.push_back(a);
   }

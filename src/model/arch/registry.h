@@ -13,6 +13,8 @@
 //     norm counts, tied embeddings).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,8 +27,16 @@
 namespace pagoda::model {
 
 class GgufFile;
+struct ModelShape;
+struct WeightMix;
 
 namespace arch {
+
+// A family's own GGUF keys, read after the common ones (prefix "{arch}.").
+using ReadGguf = Status (*)(const GgufFile& file, const std::string& prefix, ModelConfig& config);
+// A family's random-weight writer (model_factory.h's make_random_model for its shapes).
+using WriteRandom = Result<GgufFile> (*)(const ModelShape& shape, const WeightMix& mix, uint64_t seed,
+                                         const std::function<void(int64_t, int64_t)>& progress);
 
 struct ArchInfo {
   std::string_view gguf_name;                // general.architecture; "" if none
@@ -44,6 +54,8 @@ struct ArchInfo {
   // config.json: sliding_window applies to every layer, use_sliding_window defaulting to true
   // (Mistral); the other families refuse use_sliding_window.
   bool hf_uniform_window = false;
+  ReadGguf read_gguf = nullptr;        // family keys beyond the common ones (gemma3)
+  WriteRandom write_random = nullptr;  // make-model for the family, where it has its own writer
 
   // kvcalc: every n-th layer global, the others sliding, when the file states no pattern (0: all global).
   int64_t default_sliding_pattern = 0;
@@ -59,7 +71,7 @@ const ArchInfo* find_hf_class(std::string_view hf_class);
 const ArchInfo* find_hf_model_type(std::string_view model_type);
 const ArchInfo& info(Arch arch);  // the runnable entry of `arch`
 
-// "llama, qwen2, qwen3, deepseek2": the GGUF names Pagoda runs.
+// "llama, qwen2, qwen3, deepseek2, gemma3": the GGUF names Pagoda runs.
 std::string runnable_gguf_names();
 // "LlamaForCausalLM, ...": the config.json classes Pagoda reads.
 std::string runnable_hf_classes();
