@@ -4,6 +4,7 @@
 #   kvcache < {store, transfer, events};  {model, kvcache, events} < router (+ server/http/ only);
 #   server/http/ (the HTTP plumbing of server and router) < core only.
 #   kvcache < capi (libpagoda_kv.so, with include/pagoda/kv_cache.h).
+#   {engine, router, kvcache} < sim (trace replay: never server or sockets) < tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 allowed() {  # module -> modules it may include
@@ -17,6 +18,7 @@ allowed() {  # module -> modules it may include
     server) echo "core kernels model kvcache transfer events engine server" ;;
     router) echo "core kernels model kvcache events router server/http" ;;
     capi) echo "core kernels kvcache capi pagoda" ;;  # pagoda/: the public C header (include/)
+    sim) echo "core kernels model kvcache transfer events engine router sim" ;;
     *) echo "" ;;
   esac
 }

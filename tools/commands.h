@@ -76,5 +76,6 @@ void register_perplexity(CLI::App& app, const Clock& clock, Logger& logger, int&
 void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
 void register_router(CLI::App& app, const Clock& clock, Logger& logger, int& exit_code);
 void register_explain(CLI::App& app, int& exit_code);
+void register_replay(CLI::App& app, int& exit_code);
 
 }  // namespace pagoda::tools

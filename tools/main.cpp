@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   pagoda::tools::register_serve(app, clock, logger, exit_code);
   pagoda::tools::register_router(app, clock, logger, exit_code);
   pagoda::tools::register_explain(app, exit_code);
+  pagoda::tools::register_replay(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

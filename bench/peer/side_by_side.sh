@@ -4,7 +4,8 @@
 #
 #   bench/peer/side_by_side.sh [--rounds N] [--rows ROW,...] [--out DIR] [--threads T] [--isa avx2] [--force]
 #
-# Rows (default: all): pp512 tg128 pp1900 tg128d1900 batched16 http16 pp512_q8 pp512_q4km tl_q8 tl_q4km curve
+# Rows (default: all): pp512 tg128 pp1900 tg128d1900 batched16 http16 pp512_q8 pp512_q4km tl_q8 tl_q4km g3_pp512
+#   g3_tg128 curve
 #   pp512, tg128     llama-110m f16: llama-bench -p 512 / -n 128   vs pagoda bench -p 512 / -n 128
 #   pp512_q8, pp512_q4km  llama-110m q8_0 / q4_k_m: pp512
 #   pp1900           prefill of a 1,900-token prompt
@@ -14,6 +15,7 @@
 #   http16           the same workload over HTTP: pagoda bench-serve --concurrency 16 --num-requests 48
 #                    --prompt-len 64 --output-len 64 against `pagoda serve` and `llama-server -np 16`
 #   tl_q8, tl_q4km   tinyllama-1.1b q8_0 / q4_k_m: pp256 and tg64
+#   g3_pp512, g3_tg128  gemma3-270m f16 (Gemma 3 270M's layers, window 512 on 15 of 18, 32000 tokens)
 #   curve            decode t/s (tg32) at depths 0, 256, 512, 1024, 1536, 2000 (llama-110m f16), first round only
 # Each round runs every row once, one rep each engine after its own warm-up, Pagoda first in odd
 # rounds and llama.cpp first in even ones; a row's ratio is the median of the per-round ratios
@@ -42,7 +44,7 @@ BF16_FLAG=()
 ROUNDS=3
 THREADS=2
 ISA=""
-ROWS="pp512,tg128,pp1900,tg128d1900,batched16,http16,pp512_q8,pp512_q4km,tl_q8,tl_q4km,curve"
+ROWS="pp512,tg128,pp1900,tg128d1900,batched16,http16,pp512_q8,pp512_q4km,tl_q8,tl_q4km,g3_pp512,g3_tg128,curve"
 OUT=""
 FORCE=0
 die() { echo "side_by_side: $*" >&2; exit 1; }
@@ -96,6 +98,7 @@ if has_row pp512_q8; then M110Q8="$(model llama-110m q8_0)"; fi
 if has_row pp512_q4km; then M110Q4="$(model llama-110m q4_k_m)"; fi
 if has_row tl_q8; then TLQ8="$(model tinyllama-1.1b q8_0)"; fi
 if has_row tl_q4km; then TLQ4="$(model tinyllama-1.1b q4_k_m)"; fi
+if has_row g3_pp512 || has_row g3_tg128; then G3="$(model gemma3-270m f16)"; fi
 
 {
   echo "{\"cpu\": \"$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)\","
@@ -170,6 +173,8 @@ run_half() {  # row round side: one engine's run of a row
     tl_q8|tl_q4km)
       local f="$TLQ8"; [[ "$row" == tl_q4km ]] && f="$TLQ4"
       if ((pg_side)); then pg -m "$f" -p 256 -n 64 > "$o.pagoda.json"; else lb -m "$f" -p 256 -n 64 > "$o.llama.json"; fi ;;
+    g3_pp512) if ((pg_side)); then pg -m "$G3" -p 512 -n 0 > "$o.pagoda.json"; else lb -m "$G3" -p 512 -n 0 > "$o.llama.json"; fi ;;
+    g3_tg128) if ((pg_side)); then pg -m "$G3" -p 0 -n 128 > "$o.pagoda.json"; else lb -m "$G3" -p 0 -n 128 > "$o.llama.json"; fi ;;
     curve)  # first round only: one run per depth and engine
       (( r == 1 )) || return 0
       for d in 0 256 512 1024 1536 2000; do

@@ -87,7 +87,7 @@ def model_facts(path):
     n_head = meta[f"{arch}.attention.head_count"]
     n_kv = meta.get(f"{arch}.attention.head_count_kv", n_head)
     emb = meta[f"{arch}.embedding_length"]
-    hd = emb // n_head
+    hd = meta.get(f"{arch}.attention.key_length", emb // n_head)
     names = {t[0] for t in tensors}
     tied = "output.weight" not in names
     weight_bytes = 0
@@ -182,7 +182,8 @@ def main():
     int8_peak = (None if avx2 else peak.get("int8_vnni_gops")) or f32_peak
     bf16_peak = (None if avx2 else peak.get("bf16_dp_gflops")) or f32_peak
     models = {}
-    for key, name in (("m110", "llama-110m-f16"), ("q8", "tinyllama-1.1b-q8_0"), ("q4", "tinyllama-1.1b-q4_k_m")):
+    for key, name in (("m110", "llama-110m-f16"), ("q8", "tinyllama-1.1b-q8_0"), ("q4", "tinyllama-1.1b-q4_k_m"),
+                      ("g3", "gemma3-270m-f16")):
         path = os.path.join(os.environ.get("MODEL_DIR", "/work/models"), name + ".gguf")
         if os.path.exists(path):
             models[key] = model_facts(path)
@@ -232,6 +233,16 @@ def main():
             roof = 1 / seconds_per_token(m, (n + 1) / 2, bf16_peak)
         if m and not is_pp and bw:
             roof = bw * 1e9 / (m["weight_bytes"] + kv_bytes(m, depth + n / 2))
+        line(label, l, p, "t/s", roof, row=row)
+    g3 = models.get("g3")
+    for row, label, n, is_pp in (("g3_pp512", "gemma3-270m f16 pp512", 512, True),
+                                 ("g3_tg128", "gemma3-270m f16 tg128", 128, False)):
+        p, l, _ = collect(out, row, get_pp if is_pp else get_tg, llama_ts)
+        roof = None
+        if g3 and is_pp and f32_peak:
+            roof = 1 / seconds_per_token(g3, (n + 1) / 2, bf16_peak)
+        if g3 and not is_pp and bw:
+            roof = bw * 1e9 / (g3["weight_bytes"] + kv_bytes(g3, n / 2))
         line(label, l, p, "t/s", roof, row=row)
     p, l, _ = collect(out, "batched16", serving_seconds, batched_seconds)
     if p and l:

@@ -25,6 +25,14 @@ Result<BlockPool> BlockPool::create(const KvLayout& layout, int64_t num_blocks) 
   return BlockPool(layout, std::move(memory), num_blocks);
 }
 
+Result<BlockPool> BlockPool::create_without_memory(const KvLayout& layout, int64_t num_blocks) {
+  PAGODA_RETURN_IF_ERROR(layout.validate());
+  if (num_blocks <= 0 || num_blocks > (int64_t{1} << 30)) {
+    return Status::error("KV pool needs 1..2^30 blocks, got " + std::to_string(num_blocks));
+  }
+  return BlockPool(layout, AlignedBuffer(), num_blocks);
+}
+
 BlockPool::BlockPool(const KvLayout& layout, AlignedBuffer memory, int64_t num_blocks)
     : layout_(layout),
       memory_(std::move(memory)),
@@ -109,6 +117,7 @@ bool BlockPool::cacheable(int32_t block_id) const {
 
 kernels::KvLayerView BlockPool::layer_view(int64_t layer) {
   CHECK(layer >= 0 && layer < layout_.n_layer) << "layer " << layer;
+  CHECK(has_memory()) << "a pool created without memory has no KV to view";
   const int64_t k_bytes = layout_.k_array_bytes(num_blocks()), v_bytes = layout_.v_array_bytes(num_blocks());
   uint8_t* const arrays = memory_.data() + layout_.stage_bytes();  // after the stages (see create)
   kernels::KvLayerView view;
@@ -142,6 +151,7 @@ void BlockPool::copy_block(int32_t src, int32_t dst) {
   check_id(src);
   check_id(dst);
   CHECK(src != dst) << "copy of block " << src << " onto itself";
+  if (!has_memory()) return;  // create_without_memory: states only
   // Sizes come from the KV format (kernels/kv_format.h): a block is one contiguous run of
   // k_block_bytes (v_block_bytes) in each layer's K (V) array, whatever the dtype or layout.
   const int64_t k_bytes = layout_.k_block_bytes();

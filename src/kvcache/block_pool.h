@@ -38,6 +38,10 @@ enum class BlockState : uint8_t { kFree, kInUse, kCached };
 class BlockPool {
  public:
   static Result<BlockPool> create(const KvLayout& layout, int64_t num_blocks);
+  // The same states and ref counts with no KV memory (trace replay, sim/: geometry and costs
+  // only, any number of blocks): layer_view and block_segments abort, copy_block does nothing.
+  static Result<BlockPool> create_without_memory(const KvLayout& layout, int64_t num_blocks);
+  bool has_memory() const { return !memory_.empty(); }
 
   const KvLayout& layout() const { return layout_; }
   int64_t num_blocks() const { return static_cast<int64_t>(ref_counts_.size()); }

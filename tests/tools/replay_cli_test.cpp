@@ -1,0 +1,66 @@
+// End-to-end tests of `pagoda replay` (cache mode): the JSON a user reads back on a slice of
+// Mooncake's synthetic trace, the sweep, and clear errors for bad input.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_data.h"
+#include "tools/run_pagoda.h"
+
+namespace pagoda {
+namespace {
+
+using nlohmann::json;
+using testing::Output;
+using testing::pagoda;
+using testing::temp_dir;
+
+std::string trace_path() { return testing::test_data_dir() + "/traces/mooncake-synthetic.jsonl"; }
+
+TEST(ReplayCli, CacheModeOnATraceSliceWithASweep) {
+  ASSERT_TRUE(testing::file_exists(trace_path())) << trace_path() << " is missing (PAGODA_TEST_DATA)";
+  Output o = pagoda("replay --trace " + trace_path() + " --max-requests 300 --capacity-tokens 1M "
+                    "--sweep-capacity 200K,2M --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  json j = json::parse(o.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.out;
+  EXPECT_EQ(j["requests"], 300);
+  EXPECT_EQ(j["mode"], "cache");
+  EXPECT_EQ(j["capacity_tokens"], 1000000);
+  EXPECT_EQ(j["capacity_blocks"], 1000000 / 16);
+  const double hit = j["hit_rate"], ceiling = j["ceiling_hit_rate"];
+  EXPECT_GT(ceiling, 0.0);
+  EXPECT_LE(hit, ceiling);
+  EXPECT_EQ(j["hit_rate_by_tier"]["pool"], hit);
+  EXPECT_NEAR(hit, static_cast<double>(j["hit_tokens"]) / static_cast<double>(j["prompt_tokens"]), 1e-12);
+  ASSERT_EQ(j["sweep"].size(), 2u);
+  EXPECT_EQ(j["sweep"][0]["capacity_tokens"], 200000);
+  EXPECT_LE(j["sweep"][0]["hit_rate"].get<double>(), j["sweep"][1]["hit_rate"].get<double>() + 1e-12);
+  EXPECT_LE(j["sweep"][1]["hit_rate"].get<double>(), ceiling + 1e-12);
+
+  Output table = pagoda("replay --trace " + trace_path() + " --max-requests 50 --block-size 512");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("50 requests"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("inf (ceiling)"), std::string::npos) << table.out;
+}
+
+TEST(ReplayCli, BadInputGetsAClearError) {
+  const std::string bad = temp_dir() + "/bad_trace.jsonl";
+  std::ofstream(bad) << "{\"timestamp\": 0, \"input_length\": 600, \"hash_ids\": [1]}\n";
+  Output o = pagoda("replay --trace " + bad);
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_FALSE(o.signaled);
+  EXPECT_NE(o.err.find("bad_trace.jsonl:1"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("needs 2 hash_ids"), std::string::npos) << o.err;
+  o = pagoda("replay --trace " + trace_path() + " --capacity-tokens 3Q");
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_NE(o.err.find("bad token count '3Q'"), std::string::npos) << o.err;
+  o = pagoda("replay --trace " + trace_path() + " --eviction fifo");
+  EXPECT_NE(o.err.find("unknown --eviction 'fifo'"), std::string::npos) << o.err;
+  o = pagoda("replay --trace /nonexistent.jsonl");
+  EXPECT_NE(o.err.find("cannot open trace /nonexistent.jsonl"), std::string::npos) << o.err;
+}
+
+}  // namespace
+}  // namespace pagoda

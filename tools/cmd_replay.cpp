@@ -1,0 +1,178 @@
+// pagoda replay: a request trace through Pagoda's own KV cache (sim/). Cache mode: what hit
+// rate a cache of --capacity-tokens (each of --sweep-capacity) would have given the trace's
+// prompts, next to the ceiling of a cache that never evicts (sim/cache_replay.h).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "sim/cache_replay.h"
+#include "sim/trace.h"
+#include "tools/commands.h"
+
+namespace pagoda::tools {
+
+namespace {
+
+using nlohmann::json;
+
+struct ReplayOptions {
+  std::string trace;
+  int64_t trace_block_tokens = 512;
+  int64_t block_size = 16;
+  std::string capacity = "inf";
+  std::string sweep;
+  std::string eviction = "lru";
+  int64_t max_requests = 0;
+  int64_t vocab_size = 32000;
+  bool json = false;
+};
+
+// "3M" -> 3000000, "1.5M", "512K", "2G", "4096", "inf" -> 0 (unbounded). Decimal units: tokens.
+Result<int64_t> parse_tokens(const std::string& text) {
+  if (text == "inf" || text == "unbounded") return int64_t{0};
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  double unit = 1;
+  const std::string suffix = end != nullptr ? std::string(end) : "";
+  if (suffix == "K" || suffix == "k") unit = 1e3;
+  else if (suffix == "M" || suffix == "m") unit = 1e6;
+  else if (suffix == "G" || suffix == "g") unit = 1e9;
+  else if (!suffix.empty()) return Status::invalid_argument("bad token count '" + text + "' (e.g. 4096, 512K, 3M, 1.5G, inf)");
+  if (end == text.c_str() || !std::isfinite(v) || v <= 0 || v * unit > 1e13) {
+    return Status::invalid_argument("bad token count '" + text + "' (e.g. 4096, 512K, 3M, 1.5G, inf)");
+  }
+  return static_cast<int64_t>(std::llround(v * unit));
+}
+
+std::string tokens_label(int64_t n) {
+  if (n == 0) return "inf";
+  char buf[32];
+  if (n % 1000000000 == 0) std::snprintf(buf, sizeof(buf), "%lldG", (long long)(n / 1000000000));
+  else if (n % 1000000 == 0) std::snprintf(buf, sizeof(buf), "%lldM", (long long)(n / 1000000));
+  else if (n % 1000 == 0) std::snprintf(buf, sizeof(buf), "%lldK", (long long)(n / 1000));
+  else std::snprintf(buf, sizeof(buf), "%lld", (long long)n);
+  return buf;
+}
+
+struct Run {
+  int64_t capacity_tokens = 0;
+  sim::CacheReplayResult result;
+  double seconds = 0;
+};
+
+Result<Run> replay_once(const std::vector<sim::TraceRequest>& trace, sim::CacheReplayOptions options, int64_t capacity) {
+  options.capacity_tokens = capacity;
+  const auto start = std::chrono::steady_clock::now();
+  PAGODA_ASSIGN_OR_RETURN(sim::CacheReplayResult r, sim::replay_cache(trace, options));
+  return Run{capacity, r, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+}
+
+json run_json(const Run& run) {
+  const sim::CacheReplayResult& r = run.result;
+  return {{"capacity_tokens", run.capacity_tokens == 0 ? json(nullptr) : json(run.capacity_tokens)},
+          {"capacity_blocks", r.capacity_blocks}, {"hit_rate", r.hit_rate}, {"hit_tokens", r.hit_tokens},
+          {"evictions", r.evictions}, {"blocks_allocated", r.blocks_allocated},
+          {"peak_blocks_held", r.peak_blocks_held}, {"rejected", r.rejected}, {"seconds", run.seconds}};
+}
+
+int replay(const ReplayOptions& o) {
+  sim::TraceOptions trace_options;
+  trace_options.block_tokens = o.trace_block_tokens;
+  trace_options.max_requests = o.max_requests;
+  if (o.vocab_size < 2 || o.vocab_size > (int64_t{1} << 30)) return fail(Status::invalid_argument("bad --vocab-size"));
+  trace_options.vocab_size = static_cast<int32_t>(o.vocab_size);
+  if (o.trace_block_tokens <= 0) return fail(Status::invalid_argument("--trace-block-tokens must be positive"));
+  auto eviction = kvcache::eviction_policy_from_name(o.eviction);
+  if (!eviction) return fail(Status::invalid_argument("unknown --eviction '" + o.eviction + "' (lru, lfu, priority)"));
+  auto capacity = parse_tokens(o.capacity);
+  if (!capacity.is_ok()) return fail(capacity.status().with_context("--capacity-tokens"));
+  std::vector<int64_t> sweep;
+  if (!o.sweep.empty()) {
+    size_t pos = 0;
+    while (pos <= o.sweep.size()) {
+      const size_t comma = std::min(o.sweep.find(',', pos), o.sweep.size());
+      auto n = parse_tokens(o.sweep.substr(pos, comma - pos));
+      if (!n.is_ok()) return fail(n.status().with_context("--sweep-capacity"));
+      sweep.push_back(*n);
+      pos = comma + 1;
+    }
+  }
+  auto trace = sim::read_trace(o.trace, trace_options);
+  if (!trace.is_ok()) return fail(trace.status());
+  sim::CacheReplayOptions options;
+  options.block_size = o.block_size;
+  options.eviction = *eviction;
+  options.trace = trace_options;
+
+  auto main_run = replay_once(*trace, options, *capacity);
+  if (!main_run.is_ok()) return fail(main_run.status());
+  auto ceiling = *capacity == 0 ? main_run : replay_once(*trace, options, 0);
+  if (!ceiling.is_ok()) return fail(ceiling.status());
+  std::vector<Run> sweep_runs;
+  for (int64_t n : sweep) {
+    auto run = replay_once(*trace, options, n);
+    if (!run.is_ok()) return fail(run.status());
+    sweep_runs.push_back(*run);
+  }
+  const sim::CacheReplayResult& r = main_run->result;
+  int64_t output_tokens = 0;
+  for (const sim::TraceRequest& q : *trace) output_tokens += q.output_length;
+
+  if (o.json) {
+    json j = run_json(*main_run);
+    j["trace"] = o.trace;
+    j["mode"] = "cache";
+    j["requests"] = r.requests;
+    j["prompt_tokens"] = r.prompt_tokens;
+    j["output_tokens"] = output_tokens;
+    j["block_size"] = o.block_size;
+    j["eviction"] = o.eviction;
+    j["ceiling_hit_rate"] = ceiling->result.hit_rate;
+    j["hit_rate_by_tier"] = {{"pool", r.hit_rate}};
+    j["requests_per_s"] = main_run->seconds > 0 ? r.requests / main_run->seconds : 0.0;
+    json s = json::array();
+    for (const Run& run : sweep_runs) s.push_back(run_json(run));
+    if (!sweep_runs.empty()) j["sweep"] = s;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("trace     %s: %lld requests, %.2fM prompt tokens, %.2fM output tokens\n", o.trace.c_str(),
+              (long long)r.requests, r.prompt_tokens / 1e6, output_tokens / 1e6);
+  std::printf("cache     Pagoda's block manager: block %lld tokens, %s eviction, prompts only, one at a time\n\n",
+              (long long)o.block_size, o.eviction.c_str());
+  std::printf("%-14s %9s %14s %12s %13s %9s %9s\n", "capacity", "hit rate", "hit tokens", "evictions", "peak blocks",
+              "rejected", "replay");
+  auto row = [&](const Run& run, const char* note) {
+    const sim::CacheReplayResult& x = run.result;
+    std::printf("%-14s %8.2f%% %14lld %12lld %13lld %9lld %8.2fs%s\n",
+                (tokens_label(run.capacity_tokens) + (run.capacity_tokens == 0 ? " (ceiling)" : "")).c_str(),
+                100 * x.hit_rate, (long long)x.hit_tokens, (long long)x.evictions, (long long)x.peak_blocks_held,
+                (long long)x.rejected, run.seconds, note);
+  };
+  for (const Run& run : sweep_runs) row(run, "");
+  row(*main_run, "");
+  if (*capacity != 0) row(*ceiling, "");
+  return 0;
+}
+
+}  // namespace
+
+void register_replay(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<ReplayOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "replay", "replay a request trace (Mooncake JSONL or token-id prompts) through Pagoda's KV cache: hit rates");
+  cmd->add_option("--trace", o->trace, "trace file: Mooncake JSONL (timestamp, input_length, output_length, hash_ids) "
+                                       "or one {\"prompt_token_ids\": [...]} a line")->required();
+  cmd->add_option("--trace-block-tokens", o->trace_block_tokens, "tokens per hash id in the trace (Mooncake: 512)");
+  cmd->add_option("--block-size", o->block_size, "Pagoda's KV block (tokens)");
+  cmd->add_option("--capacity-tokens", o->capacity, "cache size in tokens: 4096, 512K, 3M, 1.5G or inf (default)");
+  cmd->add_option("--sweep-capacity", o->sweep, "replay once per capacity, e.g. 1M,3M,10M,50M");
+  cmd->add_option("--eviction", o->eviction, "lru (default), lfu or priority");
+  cmd->add_option("--max-requests", o->max_requests, "replay only the trace's first N requests");
+  cmd->add_option("--vocab-size", o->vocab_size, "synthesized token ids are below this");
+  cmd->add_flag("--json", o->json, "one JSON object");
+  cmd->callback([o, &exit_code] { exit_code = replay(*o); });
+}
+
+}  // namespace pagoda::tools
