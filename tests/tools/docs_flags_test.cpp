@@ -19,7 +19,7 @@ namespace pagoda {
 namespace {
 
 const std::vector<std::string> kSubcommands = {"bench-serve", "make-model", "perplexity", "tokenize", "explain", "convert",
-                                               "kvcalc", "router", "bench", "serve", "info", "run"};
+                                               "kvcalc", "router", "bench", "serve", "info", "run", "replay"};
 
 bool help_has(const std::string& help, const std::string& flag) {
   const std::regex re("(^|[\\s,])" + flag + "([\\s,=]|$)");
