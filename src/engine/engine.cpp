@@ -53,8 +53,15 @@ std::string describe_matmul_precision(kernels::Isa isa, bool f32_matmul, bool ba
   } else {
     half = "f32";
   }
-  return "f16/bf16 weights " + half + "; quantized weights int8 dot products with x quantized to 8 bits (" +
-         kernels::isa_name(isa) + " kernels)";
+  // Quantized weights: decode kernels on every ISA; prefill through the int8 GEMM on AVX2 and
+  // AVX-512, AMX bf16 tiles on AMX, dequantize + sgemm on scalar (kernels::Matmul::path).
+  std::string quantized = "int8 dot products with x quantized to 8 bits";
+  if (isa == kernels::Isa::kScalar) {
+    quantized = "decode and batched steps " + quantized + ", prefill dequantized to f32 (sgemm)";
+  } else if (isa == kernels::Isa::kAmx) {
+    quantized = "decode and batched steps " + quantized + ", prefill dequantized onto AMX bf16 tiles (hi + lo)";
+  }
+  return "f16/bf16 weights " + half + "; quantized weights " + quantized + " (" + kernels::isa_name(isa) + " kernels)";
 }
 
 Status prepare_batched_bf16(model::LlamaModel& model, EngineConfig& config, const Logger& logger) {

@@ -63,10 +63,11 @@
 namespace pagoda::engine {
 
 struct ServingConfig {
-  // Both are clipped at create(): tokens to the engine's max_batch_tokens (the forward pass's
-  // scratch), sequences to the tokens (every running sequence may need a row).
-  int64_t max_num_seqs = 64;             // sequences (choices) running at once, so per step
-  int64_t max_num_batched_tokens = 512;  // tokens per step (prefill chunks + decodes)
+  // 0: the limit. Tokens are at most the engine's max_batch_tokens (the forward pass's scratch),
+  // sequences at most the tokens (every running sequence may need a row); create() refuses a
+  // value above its limit, naming it, rather than clipping it.
+  int64_t max_num_seqs = 0;              // sequences (choices) running at once; 0: min(64, tokens)
+  int64_t max_num_batched_tokens = 0;    // tokens per step (prefill chunks + decodes); 0: the engine's rows
   int64_t max_waiting = 256;             // queued requests beyond which submit() is refused
   double kv_watermark = 0.01;            // fraction of blocks kept free at admission
   double max_pinned_share = 0.5;         // of the pool's blocks that pins may hold (engine/pinning.h)

@@ -61,8 +61,23 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::create(std::unique_ptr<Eng
     return Status::invalid_argument("the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
                                     " tokens, more than the model's " + std::to_string(engine->model().config().n_vocab));
   }
-  if (config.max_num_seqs < 1) return Status::invalid_argument("max_num_seqs must be >= 1");
-  if (config.max_num_batched_tokens < 1) return Status::invalid_argument("max_num_batched_tokens must be >= 1");
+  if (config.max_num_seqs < 0) return Status::invalid_argument("max_num_seqs must be >= 1 (0: the limit)");
+  if (config.max_num_batched_tokens < 0) {
+    return Status::invalid_argument("max_num_batched_tokens must be >= 1 (0: the limit)");
+  }
+  // The forward pass's scratch holds max_batch_tokens rows; every running sequence needs a row.
+  const int64_t rows = engine->max_batch_tokens();
+  if (config.max_num_batched_tokens > rows) {
+    return Status::invalid_argument("max_num_batched_tokens " + std::to_string(config.max_num_batched_tokens) +
+                                    " is more than the rows of one forward pass (" + std::to_string(rows) +
+                                    ", the engine's max_batch_tokens)");
+  }
+  const int64_t tokens = config.max_num_batched_tokens > 0 ? config.max_num_batched_tokens : rows;
+  if (config.max_num_seqs > tokens) {
+    return Status::invalid_argument("max_num_seqs " + std::to_string(config.max_num_seqs) +
+                                    " is more than the tokens per step (" + std::to_string(tokens) +
+                                    "): every running sequence needs a row");
+  }
   if (!(config.step_budget_ms >= 0 && config.step_budget_ms <= 3.6e6)) {
     return Status::invalid_argument("step_budget_ms must be in [0, 3600000]");
   }
@@ -84,9 +99,8 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::create(std::unique_ptr<Eng
     }
     if (!why.empty()) engine->logger().warn("--preemption swap: " + why + "; preempted requests are recomputed");
   }
-  // The forward pass's scratch holds max_batch_tokens rows; every running sequence needs a row.
-  c.max_num_batched_tokens = std::min(c.max_num_batched_tokens, engine->max_batch_tokens());
-  c.max_num_seqs = std::min(c.max_num_seqs, c.max_num_batched_tokens);
+  c.max_num_batched_tokens = tokens;
+  c.max_num_seqs = config.max_num_seqs > 0 ? config.max_num_seqs : std::min<int64_t>(64, tokens);
   return std::unique_ptr<ServingEngine>(new ServingEngineImpl(std::move(engine), std::move(tokenizer), c));
 }
 

@@ -252,6 +252,9 @@ TEST(ForwardReference, F32MatmulPrecisionRefusesBatchedBf16AndSaysWhatRuns) {
     const std::string line = engine::describe_matmul_precision(isa, false, false);
     EXPECT_EQ(line.find("bf16 (AVX512-BF16") != std::string::npos, kernels::batched_bf16_runs(isa)) << line;
     EXPECT_EQ(line.find("AMX") != std::string::npos, isa == kernels::Isa::kAmx) << line;
+    // Quantized prefill: dequantized on scalar (sgemm) and AMX (tiles), int8 GEMM elsewhere.
+    EXPECT_EQ(line.find("prefill dequantized to f32 (sgemm)") != std::string::npos, isa == kernels::Isa::kScalar) << line;
+    EXPECT_NE(line.find("quantized weights"), std::string::npos) << line;
   }
 }
 

@@ -116,6 +116,38 @@ TEST(ServingEngine, StepBudgetOutOfRangeIsAClearError) {
   EXPECT_NE(se, nullptr);
 }
 
+// Step limits above what the engine can run are refused with the limit named, never clipped;
+// 0 (the default) takes the limit: tokens = the engine's rows, sequences = min(64, tokens).
+TEST(ServingEngine, StepLimitsAboveTheEngineAreRefusedAndZeroTakesTheLimit) {
+  auto s = testing::load_stories();
+  engine::EngineConfig ec;
+  ec.num_threads = 1;
+  ec.max_batch_tokens = 16;
+  auto create = [&](int64_t seqs, int64_t tokens) {
+    engine::ServingConfig sc;
+    sc.max_num_seqs = seqs;
+    sc.max_num_batched_tokens = tokens;
+    return engine::ServingEngine::create(engine::Engine::create(s->model, ec, s->clock, s->logger).value(), s->tokenizer, sc);
+  };
+  auto too_many_tokens = create(0, 17);
+  ASSERT_FALSE(too_many_tokens.is_ok());
+  EXPECT_EQ(too_many_tokens.status().message(),
+            "max_num_batched_tokens 17 is more than the rows of one forward pass (16, the engine's max_batch_tokens)");
+  auto too_many_seqs = create(9, 8);
+  ASSERT_FALSE(too_many_seqs.is_ok());
+  EXPECT_EQ(too_many_seqs.status().message(),
+            "max_num_seqs 9 is more than the tokens per step (8): every running sequence needs a row");
+  EXPECT_FALSE(create(-1, 0).is_ok());
+  auto defaults = create(0, 0);
+  ASSERT_TRUE(defaults.is_ok()) << defaults.status().message();
+  engine::CompletionRequest r = completion(testing::mixed_prompt(*s->tokenizer, 0), 4);
+  r.n = 17;  // more than the resolved max_num_seqs: min(64, 16 rows)
+  auto refused = (*defaults)->submit(r, std::make_shared<Recorder>());
+  EXPECT_EQ(refused.status().message(), "n must be in [1, 16] (max_num_seqs)");
+  auto exact = create(16, 16);
+  EXPECT_TRUE(exact.is_ok()) << exact.status().message();
+}
+
 TEST(ServingEngine, LoopThreadGivesTheSameOutputs) {
   auto s = testing::load_stories();
   engine::ServingConfig sc;
