@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "sim/cache_replay.h"
 #include "sim/trace.h"
 #include "tools/commands.h"
@@ -23,6 +24,8 @@ struct ReplayOptions {
   std::string capacity = "inf";
   std::string sweep;
   std::string eviction = "lru";
+  std::string host, disk, disk_dir;
+  int64_t kv_bytes_per_token = 0;
   int64_t max_requests = 0;
   int64_t vocab_size = 32000;
   bool json = false;
@@ -63,9 +66,17 @@ struct Run {
 
 Result<Run> replay_once(const std::vector<sim::TraceRequest>& trace, sim::CacheReplayOptions options, int64_t capacity) {
   options.capacity_tokens = capacity;
+  if (capacity == 0) options.host_tokens = options.disk_tokens = 0;  // the ceiling: the pool alone
   const auto start = std::chrono::steady_clock::now();
   PAGODA_ASSIGN_OR_RETURN(sim::CacheReplayResult r, sim::replay_cache(trace, options));
   return Run{capacity, r, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+}
+
+json by_tier(const sim::CacheReplayResult& r) {
+  const double prompt = r.prompt_tokens > 0 ? static_cast<double>(r.prompt_tokens) : 1.0;
+  json j = {{"pool", r.pool_hit_tokens / prompt}};
+  for (const sim::TierReplayStats& t : r.tiers) j[t.name] = t.hit_tokens / prompt;
+  return j;
 }
 
 json run_json(const Run& run) {
@@ -73,7 +84,8 @@ json run_json(const Run& run) {
   return {{"capacity_tokens", run.capacity_tokens == 0 ? json(nullptr) : json(run.capacity_tokens)},
           {"capacity_blocks", r.capacity_blocks}, {"hit_rate", r.hit_rate}, {"hit_tokens", r.hit_tokens},
           {"evictions", r.evictions}, {"blocks_allocated", r.blocks_allocated},
-          {"peak_blocks_held", r.peak_blocks_held}, {"rejected", r.rejected}, {"seconds", run.seconds}};
+          {"peak_blocks_held", r.peak_blocks_held}, {"rejected", r.rejected}, {"seconds", run.seconds},
+          {"hit_rate_by_tier", by_tier(r)}};
 }
 
 int replay(const ReplayOptions& o) {
@@ -101,6 +113,26 @@ int replay(const ReplayOptions& o) {
   auto trace = sim::read_trace(o.trace, trace_options);
   if (!trace.is_ok()) return fail(trace.status());
   sim::CacheReplayOptions options;
+  const SteadyClock clock;
+  options.clock = &clock;
+  if (!o.host.empty()) {
+    auto n = parse_tokens(o.host);
+    if (!n.is_ok() || *n == 0) return fail(Status::invalid_argument("bad --host-tokens '" + o.host + "'"));
+    options.host_tokens = *n;
+  }
+  if (!o.disk.empty()) {
+    auto n = parse_tokens(o.disk);
+    if (!n.is_ok() || *n == 0) return fail(Status::invalid_argument("bad --disk-tokens '" + o.disk + "'"));
+    if (o.disk_dir.empty()) return fail(Status::invalid_argument("--disk-tokens needs --disk-dir (where the SSD tier's files go)"));
+    options.disk_tokens = *n;
+    options.disk_dir = o.disk_dir;
+  }
+  if (o.kv_bytes_per_token < 0) return fail(Status::invalid_argument("--kv-bytes-per-token must be >= 0"));
+  options.kv_bytes_per_token = o.kv_bytes_per_token;
+  if ((options.host_tokens > 0 || options.disk_tokens > 0) && *capacity == 0) {
+    return fail(Status::invalid_argument("--host-tokens / --disk-tokens need a pool --capacity-tokens (an unbounded "
+                                         "pool never evicts into them)"));
+  }
   options.block_size = o.block_size;
   options.eviction = *eviction;
   options.trace = trace_options;
@@ -129,7 +161,14 @@ int replay(const ReplayOptions& o) {
     j["block_size"] = o.block_size;
     j["eviction"] = o.eviction;
     j["ceiling_hit_rate"] = ceiling->result.hit_rate;
-    j["hit_rate_by_tier"] = {{"pool", r.hit_rate}};
+    json tiers = json::array();
+    for (const sim::TierReplayStats& t : r.tiers) {
+      tiers.push_back({{"tier", t.name}, {"capacity_blocks", t.capacity_blocks}, {"hit_tokens", t.hit_tokens},
+                       {"stored_blocks", t.stored_blocks}, {"loaded_blocks", t.loaded_blocks},
+                       {"dropped_writes", t.dropped_writes}, {"bytes_in", t.bytes_in}, {"bytes_out", t.bytes_out}});
+    }
+    j["tiers"] = tiers;
+    j["pool_hit_tokens"] = r.pool_hit_tokens;
     j["requests_per_s"] = main_run->seconds > 0 ? r.requests / main_run->seconds : 0.0;
     json s = json::array();
     for (const Run& run : sweep_runs) s.push_back(run_json(run));
@@ -153,6 +192,16 @@ int replay(const ReplayOptions& o) {
   for (const Run& run : sweep_runs) row(run, "");
   row(*main_run, "");
   if (*capacity != 0) row(*ceiling, "");
+  if (!r.tiers.empty()) {
+    std::printf("\nat %s: pool %.2f%%", tokens_label(*capacity).c_str(),
+                100.0 * r.pool_hit_tokens / std::max<int64_t>(1, r.prompt_tokens));
+    for (const sim::TierReplayStats& t : r.tiers) {
+      std::printf(", %s %.2f%% (%lld blocks held at most, %lld stored, %lld loaded, %lld dropped)", t.name.c_str(),
+                  100.0 * t.hit_tokens / std::max<int64_t>(1, r.prompt_tokens), (long long)t.capacity_blocks,
+                  (long long)t.stored_blocks, (long long)t.loaded_blocks, (long long)t.dropped_writes);
+    }
+    std::printf("\n");
+  }
   return 0;
 }
 
@@ -169,6 +218,11 @@ void register_replay(CLI::App& app, int& exit_code) {
   cmd->add_option("--capacity-tokens", o->capacity, "cache size in tokens: 4096, 512K, 3M, 1.5G or inf (default)");
   cmd->add_option("--sweep-capacity", o->sweep, "replay once per capacity, e.g. 1M,3M,10M,50M");
   cmd->add_option("--eviction", o->eviction, "lru (default), lfu or priority");
+  cmd->add_option("--host-tokens", o->host, "a host DRAM tier below the pool, in tokens (the real tier stack, write-back)");
+  cmd->add_option("--disk-tokens", o->disk, "an SSD tier below the host tier, in tokens (needs --disk-dir)");
+  cmd->add_option("--disk-dir", o->disk_dir, "directory for the SSD tier's slot files");
+  cmd->add_option("--kv-bytes-per-token", o->kv_bytes_per_token,
+                  "KV bytes per token of the model being sized (pagoda kvcalc): bytes moved per tier");
   cmd->add_option("--max-requests", o->max_requests, "replay only the trace's first N requests");
   cmd->add_option("--vocab-size", o->vocab_size, "synthesized token ids are below this");
   cmd->add_flag("--json", o->json, "one JSON object");

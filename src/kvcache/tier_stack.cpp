@@ -37,7 +37,7 @@ void LatencyBuckets::observe(double seconds) {
 }
 
 TierStack::TierStack(BlockPool& pool, OffloadMode offload, const Clock& clock, const Logger& logger)
-    : pool_(pool), offload_(offload), clock_(clock), logger_(logger) {}
+    : pool_(pool), offload_(offload), clock_(clock), logger_(logger), puts_by_block_(static_cast<size_t>(pool.num_blocks())) {}
 
 TierStack::~TierStack() {
   // Lowest tier first: an upper tier's destructor may no longer demote into a gone one.
@@ -132,11 +132,13 @@ void TierStack::put_pool_blocks(int tier, std::span<const BlockInfo> blocks, boo
   const size_t bs = static_cast<size_t>(pool_.layout().block_size);
   p.blocks.tokens.resize(blocks.size() * bs);
   p.blocks.blocks.clear();
+  const uint64_t key = route_key(tier, *op);
   for (size_t i = 0; i < blocks.size(); ++i) {
     std::copy(blocks[i].tokens.begin(), blocks[i].tokens.end(), p.blocks.tokens.begin() + static_cast<std::ptrdiff_t>(i * bs));
     BlockInfo b = blocks[i];
     b.tokens = std::span<const int32_t>(p.blocks.tokens).subspan(i * bs, bs);
     p.blocks.blocks.push_back(b);
+    puts_by_block_[static_cast<size_t>(b.block)].push_back(PutRef{key, static_cast<uint32_t>(i)});
   }
 }
 
@@ -165,6 +167,10 @@ void TierStack::finish_pool_put(int tier, const TierCompletion& c) {
     r.info.tokens = r.tokens;
   }
   count_dropped(tier, dropped, c.status);
+  for (const BlockInfo& b : p.blocks.blocks) {  // the put leaves the per-block index
+    if (b.block == kRemovedInFlight) continue;   // left it at its eviction
+    std::erase_if(puts_by_block_[static_cast<size_t>(b.block)], [&](const PutRef& r) { return r.key == it->first; });
+  }
   pool_puts_.erase(it);
 }
 
@@ -200,17 +206,21 @@ void TierStack::on_block_evicted(const BlockInfo& block) {
   // A put of this block kept to retry, or still in flight, into a tier below the first: put it
   // there now, while its bytes are intact (a no-op refresh where the first put went through).
   uint32_t again = 0;
-  for (const Retry& r : retries_) {
-    if (r.info.block == block.block && r.info.hash == block.hash) again |= 1u << r.tier;
-  }
-  std::erase_if(retries_, [&](const Retry& r) { return r.info.block == block.block && r.info.hash == block.hash; });
-  for (auto& [key, p] : pool_puts_) {
-    for (BlockInfo& b : p.blocks.blocks) {
-      if (b.block != block.block || b.hash != block.hash) continue;
-      b.block = kRemovedInFlight;
-      if (p.keep) again |= 1u << static_cast<int>(key >> 56);
+  if (!retries_.empty()) {
+    for (const Retry& r : retries_) {
+      if (r.info.block == block.block && r.info.hash == block.hash) again |= 1u << r.tier;
     }
+    std::erase_if(retries_, [&](const Retry& r) { return r.info.block == block.block && r.info.hash == block.hash; });
   }
+  std::erase_if(puts_by_block_[static_cast<size_t>(block.block)], [&](const PutRef& ref) {
+    auto it = pool_puts_.find(ref.key);
+    CHECK(it != pool_puts_.end()) << "a put of block " << block.block << " indexed but not in flight";
+    BlockInfo& b = it->second.blocks.blocks[ref.index];
+    if (b.hash != block.hash) return false;  // an earlier use of the block id (cannot be in flight: kept)
+    b.block = kRemovedInFlight;
+    if (it->second.keep) again |= 1u << static_cast<int>(ref.key >> 56);
+    return true;
+  });
   for (int t = 1; t < num_tiers(); ++t) {
     if (again & (1u << t)) put_blocks(t, std::span<const BlockInfo>(&block, 1));
   }
@@ -544,10 +554,22 @@ void TierStack::check_integrity() const {
   }
   CHECK_EQ(probe_ops, pending_probes);
   CHECK_EQ(put_ops, num_puts_in_flight_);
+  int64_t indexed = 0, carried = 0;
   for (const auto& [key, p] : pool_puts_) {
     auto r = routes_.find(key);
     CHECK(r != routes_.end() && r->second.kind == Route::kPut) << "a pool put that is not in flight";
+    for (const BlockInfo& b : p.blocks.blocks) carried += b.block == kRemovedInFlight ? 0 : 1;
   }
+  for (size_t block = 0; block < puts_by_block_.size(); ++block) {
+    for (const PutRef& ref : puts_by_block_[block]) {
+      auto it = pool_puts_.find(ref.key);
+      CHECK(it != pool_puts_.end() && ref.index < it->second.blocks.blocks.size() &&
+            it->second.blocks.blocks[ref.index].block == static_cast<int32_t>(block))
+          << "the per-block index of pool puts names a put that does not carry block " << block;
+      ++indexed;
+    }
+  }
+  CHECK_EQ(indexed, carried) << "pool puts in flight and their per-block index disagree";
   for (const Retry& r : retries_) {
     CHECK(r.tier >= 0 && r.tier < num_tiers() && r.attempt >= 1 && r.attempt <= kMaxPutRetries);
     CHECK(pool_.state(r.info.block) != BlockState::kFree) << "a write kept for a freed block " << r.info.block;

@@ -279,6 +279,14 @@ class TierStack final : public BlockEventListener {
   TierEventListener* listener_ = nullptr;
   std::unordered_map<uint64_t, PendingStore> stores_;  // route_key(tier, op) of puts, with a listener
   std::unordered_map<uint64_t, PoolPut> pool_puts_;    // route_key(tier, op) of puts of pool blocks
+  // [num_blocks] the pool puts in flight carrying each pool block (pool_puts_ key, index in its
+  // blocks): an eviction finds its puts without a scan of every put in flight (a prefill that
+  // evicts n blocks before the next poll was O(n^2) with the scan).
+  struct PutRef {
+    uint64_t key = 0;
+    uint32_t index = 0;
+  };
+  std::vector<std::vector<PutRef>> puts_by_block_;
   std::vector<Retry> retries_;                          // chain order per tier
   std::vector<BlockInfo> retry_scratch_;
   std::vector<BlockInfo> announce_scratch_;

@@ -4,9 +4,13 @@
 // hash_ids alone.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
+#include "core/clock.h"
 #include "sim/cache_replay.h"
 #include "sim/trace.h"
 #include "test_data.h"
@@ -106,6 +110,83 @@ TEST(CacheReplay, HitsEvictionsAndRejectionsByHand) {
 
   ro.capacity_tokens = 3;
   EXPECT_FALSE(replay_cache(*t, ro).is_ok());  // less than one block
+}
+
+// The same trace shape with a host tier below a pool of 4 blocks (the real TierStack, write-back):
+//   A [1,2]: 1, 2 cached. B [7,8,9]: needs 3 blocks, evicts 2 (the LRU) -> host.
+//   C [1,2,3]: pool hits 1 (4 tokens); the host holds 2: loaded (4 tokens), its fresh block
+//   evicts 9 -> host; block 3 evicts 8 -> host.
+TEST(CacheReplay, AHostTierBelowThePoolServesWhatThePoolEvicted) {
+  TraceOptions o;
+  o.block_tokens = 4;
+  auto t = parse_trace(line(0, 8, 1, "1, 2") + line(1, 12, 1, "7, 8, 9") + line(2, 12, 1, "1, 2, 3"), o);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  ManualClock clock;
+  CacheReplayOptions ro;
+  ro.block_size = 4;
+  ro.trace = o;
+  ro.capacity_tokens = 16;
+  ro.host_tokens = 32;
+  ro.kv_bytes_per_token = 1000;
+  ro.clock = &clock;
+  auto r = replay_cache(*t, ro);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->hit_tokens, 8);
+  EXPECT_EQ(r->pool_hit_tokens, 4);
+  ASSERT_EQ(r->tiers.size(), 1u);
+  EXPECT_EQ(r->tiers[0].name, "host");
+  EXPECT_EQ(r->tiers[0].capacity_blocks, 8);
+  EXPECT_EQ(r->tiers[0].hit_tokens, 4);
+  EXPECT_EQ(r->tiers[0].stored_blocks, 3);
+  EXPECT_EQ(r->tiers[0].loaded_blocks, 1);
+  EXPECT_EQ(r->tiers[0].dropped_writes, 0);
+  EXPECT_EQ(r->tiers[0].bytes_in, 3 * 4 * 1000);
+  EXPECT_EQ(r->tiers[0].bytes_out, 4 * 1000);
+
+  ro.capacity_tokens = 0;  // tiers below an unbounded pool: refused
+  EXPECT_FALSE(replay_cache(*t, ro).is_ok());
+  ro.capacity_tokens = 16;
+  ro.clock = nullptr;
+  EXPECT_FALSE(replay_cache(*t, ro).is_ok());
+}
+
+// Host and disk tiers on a slice of Mooncake's trace: every hit is the pool's or a tier's, the
+// tiers add hits to the pool's, nothing is dropped, and the ceiling bounds it all.
+TEST(CacheReplay, HostAndDiskTiersOnATraceSlice) {
+  const std::string path = testing::test_data_dir() + "/traces/mooncake-synthetic.jsonl";
+  ASSERT_TRUE(testing::file_exists(path)) << path << " is missing (PAGODA_TEST_DATA)";
+  TraceOptions o;
+  o.max_requests = 300;
+  auto t = read_trace(path, o);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  const std::string dir = ::testing::TempDir() + "/replay-disk-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  SteadyClock clock;
+  CacheReplayOptions ro;
+  ro.block_size = 512;
+  ro.trace = o;
+  ro.capacity_tokens = 200000;
+  auto pool_only = replay_cache(*t, ro);
+  ASSERT_TRUE(pool_only.is_ok()) << pool_only.status().message();
+  ro.host_tokens = 200000;
+  ro.disk_tokens = 2000000;
+  ro.disk_dir = dir;
+  ro.clock = &clock;
+  auto tiered = replay_cache(*t, ro);
+  ASSERT_TRUE(tiered.is_ok()) << tiered.status().message();
+  ASSERT_EQ(tiered->tiers.size(), 2u);
+  EXPECT_EQ(tiered->pool_hit_tokens + tiered->tiers[0].hit_tokens + tiered->tiers[1].hit_tokens, tiered->hit_tokens);
+  EXPECT_GT(tiered->tiers[0].hit_tokens, 0);
+  EXPECT_GT(tiered->tiers[1].hit_tokens, 0);
+  EXPECT_GT(tiered->tiers[1].stored_blocks, 0);  // demotions from the host tier
+  EXPECT_EQ(tiered->tiers[0].dropped_writes + tiered->tiers[1].dropped_writes, 0);
+  EXPECT_GT(tiered->hit_tokens, pool_only->hit_tokens);
+  ro.capacity_tokens = 0;
+  ro.host_tokens = ro.disk_tokens = 0;
+  auto ceiling = replay_cache(*t, ro);
+  ASSERT_TRUE(ceiling.is_ok());
+  EXPECT_LE(tiered->hit_tokens, ceiling->hit_tokens);
+  std::filesystem::remove_all(dir);
 }
 
 // The ceiling from hash_ids alone, as the trace's README defines sharing: block i of a request
