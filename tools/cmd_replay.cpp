@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
+#include "router/policy.h"
 #include "sim/cache_replay.h"
+#include "sim/cluster_replay.h"
 #include "sim/trace.h"
 #include "tools/commands.h"
 
@@ -29,6 +31,14 @@ struct ReplayOptions {
   int64_t max_requests = 0;
   int64_t vocab_size = 32000;
   bool json = false;
+  // Cluster mode (--instances N).
+  int instances = 0;
+  std::string policy = "kv-aware";
+  double overlap_weight = 1.0;
+  double time_scale = 1.0;
+  double prefill_tps = 5000, decode_tps = 50, decode_batch_cost = 0.05;
+  int64_t max_num_seqs = 64, max_num_batched_tokens = 2048;
+  double ttft_slo_ms = 0, tbt_slo_ms = 0;
 };
 
 // "3M" -> 3000000, "1.5M", "512K", "2G", "4096", "inf" -> 0 (unbounded). Decimal units: tokens.
@@ -88,6 +98,87 @@ json run_json(const Run& run) {
           {"hit_rate_by_tier", by_tier(r)}};
 }
 
+json percentiles_json(const sim::Percentiles& p) {
+  return {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"mean", p.mean}};
+}
+
+int replay_cluster_mode(const ReplayOptions& o, const std::vector<sim::TraceRequest>& trace,
+                        const sim::TraceOptions& trace_options, int64_t capacity) {
+  if (capacity == 0) return fail(Status::invalid_argument("cluster mode needs --capacity-tokens (each instance's pool)"));
+  std::vector<router::RoutingPolicy> policies;
+  if (o.policy == "all") {
+    policies = {router::RoutingPolicy::kKvAware, router::RoutingPolicy::kLeastLoad, router::RoutingPolicy::kRoundRobin};
+  } else if (auto p = router::routing_policy_from_name(o.policy)) {
+    policies = {*p};
+  } else {
+    return fail(Status::invalid_argument("unknown --policy '" + o.policy + "' (kv-aware, least-load, round-robin, all)"));
+  }
+  auto eviction = kvcache::eviction_policy_from_name(o.eviction);
+  if (!eviction) return fail(Status::invalid_argument("unknown --eviction '" + o.eviction + "' (lru, lfu, priority)"));
+  sim::ClusterReplayOptions c;
+  c.instances = o.instances;
+  c.capacity_tokens = capacity;
+  c.block_size = o.block_size;
+  c.eviction = *eviction;
+  c.overlap_weight = o.overlap_weight;
+  c.time_scale = o.time_scale;
+  c.max_num_seqs = o.max_num_seqs;
+  c.max_num_batched_tokens = o.max_num_batched_tokens;
+  c.cost = sim::StepCostProfile{o.prefill_tps, o.decode_tps, o.decode_batch_cost};
+  c.ttft_slo_s = o.ttft_slo_ms * 1e-3;
+  c.tbt_slo_s = o.tbt_slo_ms * 1e-3;
+  c.trace = trace_options;
+  json runs = json::array();
+  if (!o.json) {
+    std::printf("cluster   %d instances x %s tokens of cache, block %lld; steps: prefill %g tok/s, decode %g tok/s "
+                "(+%g per extra sequence); arrivals x %g\n\n",
+                o.instances, tokens_label(capacity).c_str(), (long long)o.block_size, o.prefill_tps, o.decode_tps,
+                o.decode_batch_cost, o.time_scale);
+    std::printf("%-12s %9s %11s %11s %11s %10s %10s %9s %9s %10s %8s\n", "policy", "hit rate", "TTFT p50", "TTFT p90",
+                "TTFT p99", "TBT p50", "TBT p99", "SLO met", "rejected", "busy max/mean", "replay");
+  }
+  for (router::RoutingPolicy policy : policies) {
+    c.policy = policy;
+    const auto start = std::chrono::steady_clock::now();
+    auto r = sim::replay_cluster(trace, c);
+    if (!r.is_ok()) return fail(r.status());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double busy_max = 0, busy_sum = 0;
+    json inst = json::array();
+    for (const sim::InstanceReplayStats& i : r->per_instance) {
+      busy_max = std::max(busy_max, i.busy_s);
+      busy_sum += i.busy_s;
+      inst.push_back({{"requests", i.requests}, {"prompt_tokens", i.prompt_tokens}, {"hit_tokens", i.hit_tokens},
+                      {"hit_rate", i.prompt_tokens > 0 ? static_cast<double>(i.hit_tokens) / i.prompt_tokens : 0.0},
+                      {"busy_s", i.busy_s}, {"steps", i.steps}, {"preemptions", i.preemptions}});
+    }
+    const double busy_mean = busy_sum / static_cast<double>(std::max<size_t>(1, r->per_instance.size()));
+    if (o.json) {
+      runs.push_back({{"policy", router::routing_policy_name(policy)}, {"requests", r->requests},
+                      {"finished", r->finished}, {"rejected", r->rejected}, {"prompt_tokens", r->prompt_tokens},
+                      {"hit_tokens", r->hit_tokens}, {"hit_rate", r->hit_rate},
+                      {"hit_rate_by_tier", {{"pool", r->hit_rate}}}, {"ttft_s", percentiles_json(r->ttft_s)},
+                      {"tbt_s", percentiles_json(r->tbt_s)}, {"slo_attainment", r->slo_attainment},
+                      {"makespan_s", r->makespan_s}, {"busy_max_over_mean", busy_mean > 0 ? busy_max / busy_mean : 0.0},
+                      {"instances", inst}, {"seconds", seconds}});
+    } else {
+      std::printf("%-12s %8.2f%% %10.3fs %10.3fs %10.3fs %8.1fms %8.1fms %8.1f%% %9lld %13.2f %7.2fs\n",
+                  router::routing_policy_name(policy), 100 * r->hit_rate, r->ttft_s.p50, r->ttft_s.p90, r->ttft_s.p99,
+                  1e3 * r->tbt_s.p50, 1e3 * r->tbt_s.p99, 100 * r->slo_attainment, (long long)r->rejected,
+                  busy_mean > 0 ? busy_max / busy_mean : 0.0, seconds);
+    }
+  }
+  if (o.json) {
+    json j = {{"trace", o.trace}, {"mode", "cluster"}, {"instances", o.instances}, {"capacity_tokens", capacity},
+              {"block_size", o.block_size}, {"time_scale", o.time_scale}, {"runs", runs}};
+    if (runs.size() == 1) {  // one policy: its figures at the top level as well
+      for (auto& [k, v] : runs[0].items()) j[k] = v;
+    }
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
 int replay(const ReplayOptions& o) {
   sim::TraceOptions trace_options;
   trace_options.block_tokens = o.trace_block_tokens;
@@ -112,6 +203,7 @@ int replay(const ReplayOptions& o) {
   }
   auto trace = sim::read_trace(o.trace, trace_options);
   if (!trace.is_ok()) return fail(trace.status());
+  if (o.instances > 0) return replay_cluster_mode(o, *trace, trace_options, *capacity);
   sim::CacheReplayOptions options;
   const SteadyClock clock;
   options.clock = &clock;
@@ -226,6 +318,20 @@ void register_replay(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-requests", o->max_requests, "replay only the trace's first N requests");
   cmd->add_option("--vocab-size", o->vocab_size, "synthesized token ids are below this");
   cmd->add_flag("--json", o->json, "one JSON object");
+  cmd->add_option("--instances", o->instances,
+                  "cluster mode: N instances behind the router's policy, each with --capacity-tokens of cache, on a "
+                  "simulated clock");
+  cmd->add_option("--policy", o->policy, "cluster mode: kv-aware (default), least-load, round-robin or all");
+  cmd->add_option("--overlap-weight", o->overlap_weight, "cluster mode, kv-aware: the router's --overlap-weight");
+  cmd->add_option("--time-scale", o->time_scale, "cluster mode: arrival times x this (0.5: twice the rate)");
+  cmd->add_option("--prefill-tps", o->prefill_tps, "cluster mode: an instance's prefill tokens/s");
+  cmd->add_option("--decode-tps", o->decode_tps, "cluster mode: one decoding sequence's tokens/s");
+  cmd->add_option("--decode-batch-cost", o->decode_batch_cost,
+                  "cluster mode: each further decoding sequence's share of a decode step's time");
+  cmd->add_option("--max-num-seqs", o->max_num_seqs, "cluster mode: sequences per step of an instance");
+  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "cluster mode: tokens per step of an instance");
+  cmd->add_option("--ttft-slo", o->ttft_slo_ms, "cluster mode: TTFT objective in ms (SLO attainment)");
+  cmd->add_option("--tbt-slo", o->tbt_slo_ms, "cluster mode: mean time between tokens objective in ms");
   cmd->callback([o, &exit_code] { exit_code = replay(*o); });
 }
 

@@ -45,6 +45,32 @@ TEST(ReplayCli, CacheModeOnATraceSliceWithASweep) {
   EXPECT_NE(table.out.find("inf (ceiling)"), std::string::npos) << table.out;
 }
 
+TEST(ReplayCli, ClusterModeComparesPolicies) {
+  ASSERT_TRUE(testing::file_exists(trace_path())) << trace_path() << " is missing (PAGODA_TEST_DATA)";
+  Output o = pagoda("replay --trace " + trace_path() + " --max-requests 120 --instances 3 --capacity-tokens 500K "
+                    "--block-size 512 --policy all --ttft-slo 2000 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  json j = json::parse(o.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.out;
+  EXPECT_EQ(j["mode"], "cluster");
+  ASSERT_EQ(j["runs"].size(), 3u);
+  EXPECT_EQ(j["runs"][0]["policy"], "kv-aware");
+  EXPECT_EQ(j["runs"][2]["policy"], "round-robin");
+  for (const json& run : j["runs"]) {
+    EXPECT_EQ(run["requests"], 120);
+    EXPECT_EQ(run["instances"].size(), 3u);
+    EXPECT_LE(run["ttft_s"]["p50"].get<double>(), run["ttft_s"]["p99"].get<double>());
+    EXPECT_GE(run["slo_attainment"].get<double>(), 0.0);
+    EXPECT_LE(run["slo_attainment"].get<double>(), 1.0);
+  }
+  EXPECT_GE(j["runs"][0]["hit_rate"].get<double>(), j["runs"][2]["hit_rate"].get<double>());
+  Output bad = pagoda("replay --trace " + trace_path() + " --instances 2 --capacity-tokens 1M --policy random");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("unknown --policy 'random'"), std::string::npos) << bad.err;
+  bad = pagoda("replay --trace " + trace_path() + " --instances 2");
+  EXPECT_NE(bad.err.find("cluster mode needs --capacity-tokens"), std::string::npos) << bad.err;
+}
+
 TEST(ReplayCli, BadInputGetsAClearError) {
   const std::string bad = temp_dir() + "/bad_trace.jsonl";
   std::ofstream(bad) << "{\"timestamp\": 0, \"input_length\": 600, \"hash_ids\": [1]}\n";

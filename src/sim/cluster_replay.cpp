@@ -1,0 +1,297 @@
+#include "sim/cluster_replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <unordered_map>
+
+#include "engine/scheduler.h"
+#include "kvcache/block_manager.h"
+#include "kvcache/block_pool.h"
+
+namespace pagoda::sim {
+
+double StepCostProfile::step_seconds(int64_t prefill_tokens, int64_t decoding) const {
+  double s = static_cast<double>(prefill_tokens) / prefill_tps;
+  if (decoding > 0) s += (1.0 + static_cast<double>(decoding - 1) * decode_batch_cost) / decode_tps;
+  return s;
+}
+
+namespace {
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
+
+struct Request {
+  double arrival_s = 0;
+  int64_t prompt = 0;
+  int64_t outputs = 1;            // tokens to generate (>= 1)
+  int64_t blocks = 0;             // ceil((prompt + outputs) / block_size): the router's active blocks
+  int64_t pending_prefill = 0;    // the router's: prompt tokens not cached at the chosen instance
+  int instance = -1;
+  engine::SchedSeqId id = -1;
+  int64_t generated = 0;
+  double first_token_s = -1, last_token_s = 0, tbt_sum_s = 0;
+  bool hit_recorded = false;
+  bool done = false;
+};
+
+struct Instance {
+  explicit Instance(kvcache::BlockPool p, kvcache::EvictionPolicyKind eviction, const engine::SchedulerOptions& o)
+      : pool(std::move(p)), bm(pool, kvcache::BlockManagerOptions{eviction}), sched(bm, o) {}
+  kvcache::BlockPool pool;
+  kvcache::BlockManager bm;
+  engine::Scheduler sched;
+  std::unordered_map<engine::SchedSeqId, int64_t> request_of;  // scheduler id -> request index
+  std::vector<engine::ScheduledSeq> step;  // the step in flight
+  bool busy = false;
+  double busy_until = kNever;
+  router::WorkerLoad load;                 // the router's bookkeeping (available, overlap set per pick)
+  InstanceReplayStats stats;
+  std::vector<int64_t> slots;
+  std::vector<kvcache::BlockCopy> copies;
+};
+
+Percentiles percentiles(std::vector<double>& xs) {
+  Percentiles p;
+  if (xs.empty()) return p;
+  std::sort(xs.begin(), xs.end());
+  auto at = [&](double q) {  // nearest rank
+    const size_t k = static_cast<size_t>(std::ceil(q * static_cast<double>(xs.size())));
+    return xs[std::min(xs.size() - 1, k > 0 ? k - 1 : 0)];
+  };
+  p.p50 = at(0.50);
+  p.p90 = at(0.90);
+  p.p99 = at(0.99);
+  double sum = 0;
+  for (double x : xs) sum += x;
+  p.mean = sum / static_cast<double>(xs.size());
+  return p;
+}
+
+// splitmix64's finalizer (trace.cpp's): a generated token of request r, position k.
+int32_t generated_token(int64_t r, int64_t k, int32_t vocab) {
+  uint64_t x = (static_cast<uint64_t>(r) << 24) ^ static_cast<uint64_t>(k) ^ 0x5DEECE66Dull;
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<int32_t>((x ^ (x >> 31)) % static_cast<uint64_t>(vocab));
+}
+
+class Cluster {
+ public:
+  Cluster(const std::vector<TraceRequest>& trace, const ClusterReplayOptions& o) : trace_(trace), o_(o) {}
+
+  Result<ClusterReplayResult> run() {
+    engine::SchedulerOptions so;
+    so.max_num_seqs = o_.max_num_seqs;
+    so.max_num_batched_tokens = o_.max_num_batched_tokens;
+    kvcache::KvLayout layout;  // a stand-in: the pool holds no KV bytes
+    layout.n_layer = 1;
+    layout.n_kv_head = 1;
+    layout.head_dim = 2;
+    layout.block_size = o_.block_size;
+    for (int i = 0; i < o_.instances; ++i) {
+      PAGODA_ASSIGN_OR_RETURN(kvcache::BlockPool pool,
+                              kvcache::BlockPool::create_without_memory(layout, o_.capacity_tokens / o_.block_size));
+      instances_.push_back(std::make_unique<Instance>(std::move(pool), o_.eviction, so));
+    }
+    requests_.resize(trace_.size());
+    res_.per_instance.resize(static_cast<size_t>(o_.instances));
+    size_t next = 0;
+    while (true) {
+      const double t_arrival = next < trace_.size() ? trace_[next].timestamp_ms * 1e-3 * o_.time_scale : kNever;
+      Instance* first = nullptr;
+      for (auto& inst : instances_) {
+        if (inst->busy && (first == nullptr || inst->busy_until < first->busy_until)) first = inst.get();
+      }
+      const double t_step = first != nullptr ? first->busy_until : kNever;
+      if (t_arrival == kNever && t_step == kNever) break;
+      if (t_arrival <= t_step) {
+        now_ = t_arrival;
+        arrive(static_cast<int64_t>(next++));
+      } else {
+        now_ = t_step;
+        finish_step(*first);
+        start_step(*first);
+      }
+    }
+    return finish();
+  }
+
+ private:
+  void arrive(int64_t r) {
+    const TraceRequest& t = trace_[static_cast<size_t>(r)];
+    Request& q = requests_[static_cast<size_t>(r)];
+    q.arrival_s = now_;
+    q.prompt = t.input_length;
+    q.outputs = std::max<int64_t>(1, t.output_length);
+    q.blocks = (q.prompt + q.outputs + o_.block_size - 1) / o_.block_size;
+    ++res_.requests;
+    res_.prompt_tokens += q.prompt;
+    std::vector<int32_t> tokens;
+    synthesize_prompt(t, o_.trace, tokens);
+    // The router's view of every instance, then its policy's pick.
+    std::vector<router::WorkerLoad> loads;
+    for (auto& inst : instances_) {
+      router::WorkerLoad w = inst->load;
+      w.available = true;
+      w.overlap_blocks = inst->bm.plan(tokens, kvcache::KvNamespace{}).num_cached_tokens / o_.block_size;
+      loads.push_back(w);
+    }
+    const router::RequestCost cost{q.prompt, q.blocks, o_.block_size};
+    const router::Choice choice = router::choose_worker(o_.policy, loads, cost, o_.overlap_weight, rr_cursor_++);
+    CHECK(choice.worker >= 0) << "every instance is available";
+    Instance& inst = *instances_[static_cast<size_t>(choice.worker)];
+    q.instance = choice.worker;
+    q.pending_prefill = q.prompt - loads[static_cast<size_t>(choice.worker)].overlap_blocks * o_.block_size;
+    inst.load.pending_prefill_tokens += q.pending_prefill;
+    inst.load.active_blocks += q.blocks;
+    ++inst.load.in_flight;
+    ++inst.stats.requests;
+    inst.stats.prompt_tokens += q.prompt;
+    engine::SeqKey key;
+    key.arrival = static_cast<uint64_t>(r);
+    engine::SchedSequence& s = inst.sched.add(key, std::move(tokens), q.prompt + q.outputs, 1, kvcache::KvNamespace{});
+    q.id = s.id;
+    inst.request_of[s.id] = r;
+    if (!inst.busy) start_step(inst);
+  }
+
+  void end_request(Instance& inst, Request& q, bool finished) {
+    inst.sched.remove(q.id);
+    inst.request_of.erase(q.id);
+    if (q.first_token_s < 0) inst.load.pending_prefill_tokens -= q.pending_prefill;
+    inst.load.active_blocks -= q.blocks;
+    --inst.load.in_flight;
+    q.done = true;
+    if (finished) {
+      ++res_.finished;
+    } else {
+      ++res_.rejected;
+    }
+  }
+
+  void start_step(Instance& inst) {
+    inst.busy = false;
+    inst.busy_until = kNever;
+    if (inst.sched.empty()) return;
+    const engine::StepPlan& plan = inst.sched.schedule();
+    inst.stats.preemptions += static_cast<int64_t>(plan.preempted.size());
+    for (engine::SchedSequence* s : plan.admitted) {
+      Request& q = requests_[static_cast<size_t>(inst.request_of.at(s->id))];
+      if (!q.hit_recorded) {  // the first admission's prefix hit
+        q.hit_recorded = true;
+        res_.hit_tokens += s->admitted_cached;
+        inst.stats.hit_tokens += s->admitted_cached;
+      }
+    }
+    std::vector<engine::SchedSeqId> refused;
+    for (engine::SchedSequence* s : plan.refused) refused.push_back(s->id);
+    inst.step.assign(plan.scheduled.begin(), plan.scheduled.end());
+    int64_t prefill = 0, decoding = 0;
+    for (const engine::ScheduledSeq& e : inst.step) {
+      const Request& q = requests_[static_cast<size_t>(inst.request_of.at(e.seq->id))];
+      if (e.begin >= q.prompt) {
+        ++decoding;
+      } else {
+        prefill += e.n_tokens;
+      }
+    }
+    for (engine::SchedSeqId id : refused) {
+      end_request(inst, requests_[static_cast<size_t>(inst.request_of.at(id))], /*finished=*/false);
+    }
+    if (inst.step.empty()) return;  // nothing runs: arrivals (or nothing) wake it
+    const double s = o_.cost.step_seconds(prefill, decoding);
+    inst.busy = true;
+    inst.busy_until = now_ + s;
+    inst.stats.busy_s += s;
+    ++inst.stats.steps;
+  }
+
+  void finish_step(Instance& inst) {
+    for (const engine::ScheduledSeq& e : inst.step) {  // what Engine::step does, minus the forward pass
+      inst.copies.clear();
+      inst.slots.resize(static_cast<size_t>(e.n_tokens));
+      const bool ok = inst.bm.append(
+          e.seq->kv, std::span<const int32_t>(e.seq->tokens).subspan(static_cast<size_t>(e.begin), static_cast<size_t>(e.n_tokens)),
+          inst.slots, inst.copies);
+      CHECK(ok) << "the scheduler planned blocks that did not fit";
+      inst.bm.commit(e.seq->kv);
+    }
+    for (const engine::ScheduledSeq& e : inst.step) {
+      if (!e.completes()) continue;
+      const int64_t r = inst.request_of.at(e.seq->id);
+      Request& q = requests_[static_cast<size_t>(r)];
+      if (q.first_token_s < 0) {
+        q.first_token_s = now_;
+        inst.load.pending_prefill_tokens -= q.pending_prefill;
+        ttft_.push_back(now_ - q.arrival_s);
+      } else {
+        tbt_.push_back(now_ - q.last_token_s);
+        q.tbt_sum_s += now_ - q.last_token_s;
+      }
+      q.last_token_s = now_;
+      last_token_s_ = std::max(last_token_s_, now_);
+      if (++q.generated >= q.outputs) {
+        end_request(inst, q, /*finished=*/true);
+      } else {
+        e.seq->tokens.push_back(generated_token(r, q.generated, o_.trace.vocab_size));
+      }
+    }
+    inst.step.clear();
+  }
+
+  Result<ClusterReplayResult> finish() {
+    int64_t met = 0;
+    for (Request& q : requests_) {
+      if (!q.done && q.instance >= 0) ++res_.rejected;  // stranded: nothing ever woke its instance
+      if (!q.done || q.first_token_s < 0) continue;
+      const double ttft = q.first_token_s - q.arrival_s;
+      const double tbt = q.generated > 1 ? q.tbt_sum_s / static_cast<double>(q.generated - 1) : 0;
+      const bool ok_ttft = o_.ttft_slo_s <= 0 || ttft <= o_.ttft_slo_s;
+      const bool ok_tbt = o_.tbt_slo_s <= 0 || tbt <= o_.tbt_slo_s;
+      if (ok_ttft && ok_tbt && q.generated >= q.outputs) ++met;
+    }
+    res_.slo_attainment = res_.finished > 0 ? static_cast<double>(met) / static_cast<double>(res_.finished) : 0;
+    res_.hit_rate = res_.prompt_tokens > 0 ? static_cast<double>(res_.hit_tokens) / static_cast<double>(res_.prompt_tokens) : 0;
+    res_.ttft_s = percentiles(ttft_);
+    res_.tbt_s = percentiles(tbt_);
+    const double first = trace_.empty() ? 0 : trace_.front().timestamp_ms * 1e-3 * o_.time_scale;
+    res_.makespan_s = std::max(0.0, last_token_s_ - first);
+    for (size_t i = 0; i < instances_.size(); ++i) res_.per_instance[i] = instances_[i]->stats;
+    return res_;
+  }
+
+  const std::vector<TraceRequest>& trace_;
+  const ClusterReplayOptions& o_;
+  std::vector<std::unique_ptr<Instance>> instances_;
+  std::vector<Request> requests_;
+  std::vector<double> ttft_, tbt_;
+  ClusterReplayResult res_;
+  double now_ = 0;
+  double last_token_s_ = 0;
+  uint64_t rr_cursor_ = 0;
+};
+
+}  // namespace
+
+Result<ClusterReplayResult> replay_cluster(const std::vector<TraceRequest>& trace, const ClusterReplayOptions& o) {
+  if (o.instances < 1 || o.instances > 100000) return Status::invalid_argument("instances must be in [1, 100000]");
+  if (o.block_size <= 0 || o.block_size > 4096) return Status::invalid_argument("block size must be in [1, 4096]");
+  if (o.capacity_tokens < o.block_size) {
+    return Status::invalid_argument("each instance needs a cache of at least one block (--capacity-tokens)");
+  }
+  if (!(o.time_scale > 0) || !std::isfinite(o.time_scale)) return Status::invalid_argument("time scale must be > 0");
+  if (!(o.cost.prefill_tps > 0) || !(o.cost.decode_tps > 0) || !(o.cost.decode_batch_cost >= 0)) {
+    return Status::invalid_argument("the step-cost profile needs prefill and decode tokens/s > 0");
+  }
+  if (o.max_num_seqs < 1 || o.max_num_batched_tokens < 1 || o.max_num_seqs > o.max_num_batched_tokens) {
+    return Status::invalid_argument("max_num_seqs must be in [1, max_num_batched_tokens]");
+  }
+  if (o.ttft_slo_s < 0 || o.tbt_slo_s < 0) return Status::invalid_argument("negative SLO");
+  Cluster cluster(trace, o);
+  return cluster.run();
+}
+
+}  // namespace pagoda::sim

@@ -1,0 +1,124 @@
+// Cluster mode (sim/cluster_replay.h): the real scheduler and block manager per instance, the
+// router's policy, a simulated clock. Exact times on a hand-made trace, then the invariants and
+// determinism on a slice of Mooncake's trace.
+#include <gtest/gtest.h>
+
+#include "sim/cluster_replay.h"
+#include "test_data.h"
+
+namespace pagoda::sim {
+namespace {
+
+std::string line(double ts, int64_t in, int64_t out, const std::string& ids) {
+  return "{\"timestamp\": " + std::to_string(ts) + ", \"input_length\": " + std::to_string(in) +
+         ", \"output_length\": " + std::to_string(out) + ", \"hash_ids\": [" + ids + "]}\n";
+}
+
+ClusterReplayOptions small(router::RoutingPolicy policy) {
+  ClusterReplayOptions o;
+  o.instances = 2;
+  o.capacity_tokens = 64;
+  o.block_size = 4;
+  o.policy = policy;
+  o.max_num_seqs = 4;
+  o.max_num_batched_tokens = 64;
+  o.cost = StepCostProfile{1000, 50, 0.5};
+  o.trace.block_tokens = 4;
+  return o;
+}
+
+// A [1,2] (8 tokens, 2 outputs) at 0 s; B [1,2,3] (12 tokens, 1 output) at 10 s.
+//   A: prefill 8 tokens = 8 ms -> first token at 0.008; one decode step = 1/50 s -> 0.028.
+//   B, kv-aware: A's instance holds blocks 1, 2 (8 tokens): prefill of 4 tokens, TTFT 4 ms.
+//   B, round-robin: the other instance, nothing cached: prefill of 12 tokens, TTFT 12 ms.
+TEST(ClusterReplay, ExactTimesAndWhereTheRouterSendsAPrefix) {
+  TraceOptions to;
+  to.block_tokens = 4;
+  auto t = parse_trace(line(0, 8, 2, "1, 2") + line(10000, 12, 1, "1, 2, 3"), to);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  auto kv = replay_cluster(*t, small(router::RoutingPolicy::kKvAware));
+  ASSERT_TRUE(kv.is_ok()) << kv.status().message();
+  EXPECT_EQ(kv->requests, 2);
+  EXPECT_EQ(kv->finished, 2);
+  EXPECT_EQ(kv->rejected, 0);
+  EXPECT_EQ(kv->hit_tokens, 8);
+  EXPECT_EQ(kv->per_instance[0].requests, 2);
+  EXPECT_NEAR(kv->ttft_s.p50, 0.004, 1e-12);  // nearest rank of {0.004, 0.008}
+  EXPECT_NEAR(kv->ttft_s.p99, 0.008, 1e-12);
+  EXPECT_NEAR(kv->tbt_s.p50, 0.02, 1e-12);     // A's one gap
+  EXPECT_NEAR(kv->makespan_s, 10.004, 1e-9);
+  EXPECT_EQ(kv->slo_attainment, 1.0);
+
+  auto rr = replay_cluster(*t, small(router::RoutingPolicy::kRoundRobin));
+  ASSERT_TRUE(rr.is_ok()) << rr.status().message();
+  EXPECT_EQ(rr->hit_tokens, 0);
+  EXPECT_EQ(rr->per_instance[0].requests, 1);
+  EXPECT_EQ(rr->per_instance[1].requests, 1);
+  EXPECT_NEAR(rr->ttft_s.p99, 0.012, 1e-12);
+
+  ClusterReplayOptions slo = small(router::RoutingPolicy::kRoundRobin);
+  slo.ttft_slo_s = 0.010;  // A meets it (8 ms), B does not (12 ms)
+  auto s = replay_cluster(*t, slo);
+  ASSERT_TRUE(s.is_ok());
+  EXPECT_EQ(s->slo_attainment, 0.5);
+
+  ClusterReplayOptions bad = small(router::RoutingPolicy::kKvAware);
+  bad.capacity_tokens = 3;
+  EXPECT_FALSE(replay_cluster(*t, bad).is_ok());
+  bad = small(router::RoutingPolicy::kKvAware);
+  bad.cost.prefill_tps = 0;
+  EXPECT_FALSE(replay_cluster(*t, bad).is_ok());
+}
+
+// A prompt larger than an instance's whole pool is refused by its scheduler, not stranded.
+TEST(ClusterReplay, APromptLargerThanThePoolIsRefused) {
+  TraceOptions to;
+  to.block_tokens = 4;
+  auto t = parse_trace(line(0, 100, 1, "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, "
+                                        "23, 24, 25") + line(1, 8, 1, "30, 31"), to);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  auto r = replay_cluster(*t, small(router::RoutingPolicy::kRoundRobin));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->rejected, 1);
+  EXPECT_EQ(r->finished, 1);
+}
+
+TEST(ClusterReplay, MooncakeSliceKvAwareRoutingBeatsRoundRobinAndIsDeterministic) {
+  const std::string path = testing::test_data_dir() + "/traces/mooncake-synthetic.jsonl";
+  ASSERT_TRUE(testing::file_exists(path)) << path << " is missing (PAGODA_TEST_DATA)";
+  TraceOptions to;
+  to.max_requests = 300;
+  auto t = read_trace(path, to);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  ClusterReplayOptions o;
+  o.instances = 4;
+  o.capacity_tokens = 1000000;
+  o.block_size = 512;
+  o.trace = to;
+  o.cost = StepCostProfile{20000, 40, 0.05};
+  o.policy = router::RoutingPolicy::kKvAware;
+  auto kv = replay_cluster(*t, o);
+  ASSERT_TRUE(kv.is_ok()) << kv.status().message();
+  auto again = replay_cluster(*t, o);
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(kv->hit_tokens, again->hit_tokens);
+  EXPECT_EQ(kv->ttft_s.p99, again->ttft_s.p99);
+  EXPECT_EQ(kv->tbt_s.p50, again->tbt_s.p50);
+  o.policy = router::RoutingPolicy::kRoundRobin;
+  auto rr = replay_cluster(*t, o);
+  ASSERT_TRUE(rr.is_ok());
+  for (const auto* r : {&kv.value(), &rr.value()}) {
+    EXPECT_EQ(r->requests, 300);
+    EXPECT_EQ(r->finished + r->rejected, 300);
+    int64_t sum = 0, hits = 0;
+    for (const InstanceReplayStats& i : r->per_instance) sum += i.requests, hits += i.hit_tokens;
+    EXPECT_EQ(sum, 300);
+    EXPECT_EQ(hits, r->hit_tokens);
+    EXPECT_LE(r->ttft_s.p50, r->ttft_s.p90);
+    EXPECT_LE(r->ttft_s.p90, r->ttft_s.p99);
+  }
+  EXPECT_GT(kv->hit_tokens, rr->hit_tokens);
+}
+
+}  // namespace
+}  // namespace pagoda::sim
