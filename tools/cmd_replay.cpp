@@ -39,6 +39,8 @@ struct ReplayOptions {
   double prefill_tps = 5000, decode_tps = 50, decode_batch_cost = 0.05;
   int64_t max_num_seqs = 64, max_num_batched_tokens = 2048;
   double ttft_slo_ms = 0, tbt_slo_ms = 0;
+  std::string global_pool;
+  double global_pool_gbps = 0;
 };
 
 // "3M" -> 3000000, "1.5M", "512K", "2G", "4096", "inf" -> 0 (unbounded). Decimal units: tokens.
@@ -128,12 +130,24 @@ int replay_cluster_mode(const ReplayOptions& o, const std::vector<sim::TraceRequ
   c.ttft_slo_s = o.ttft_slo_ms * 1e-3;
   c.tbt_slo_s = o.tbt_slo_ms * 1e-3;
   c.trace = trace_options;
+  c.kv_bytes_per_token = o.kv_bytes_per_token;
+  c.global_pool_gbps = o.global_pool_gbps;
+  if (!o.global_pool.empty()) {
+    auto n = parse_tokens(o.global_pool);
+    if (!n.is_ok() || *n == 0) return fail(Status::invalid_argument("bad --global-pool-tokens '" + o.global_pool + "'"));
+    c.global_pool_tokens = *n;
+  }
   json runs = json::array();
   if (!o.json) {
     std::printf("cluster   %d instances x %s tokens of cache, block %lld; steps: prefill %g tok/s, decode %g tok/s "
                 "(+%g per extra sequence); arrivals x %g\n\n",
                 o.instances, tokens_label(capacity).c_str(), (long long)o.block_size, o.prefill_tps, o.decode_tps,
                 o.decode_batch_cost, o.time_scale);
+    if (c.global_pool_tokens > 0) {
+      std::printf("global    a shared pool of %s tokens below every instance (write-through, loaded at admission%s)\n\n",
+                  tokens_label(c.global_pool_tokens).c_str(),
+                  o.global_pool_gbps > 0 ? (", " + std::to_string(o.global_pool_gbps) + " GB/s").c_str() : "");
+    }
     std::printf("%-12s %9s %11s %11s %11s %10s %10s %9s %9s %10s %8s\n", "policy", "hit rate", "TTFT p50", "TTFT p90",
                 "TTFT p99", "TBT p50", "TBT p99", "SLO met", "rejected", "busy max/mean", "replay");
   }
@@ -157,7 +171,10 @@ int replay_cluster_mode(const ReplayOptions& o, const std::vector<sim::TraceRequ
       runs.push_back({{"policy", router::routing_policy_name(policy)}, {"requests", r->requests},
                       {"finished", r->finished}, {"rejected", r->rejected}, {"prompt_tokens", r->prompt_tokens},
                       {"hit_tokens", r->hit_tokens}, {"hit_rate", r->hit_rate},
-                      {"hit_rate_by_tier", {{"pool", r->hit_rate}}}, {"ttft_s", percentiles_json(r->ttft_s)},
+                      {"hit_rate_by_tier",
+                       {{"pool", static_cast<double>(r->hit_tokens - r->global_hit_tokens) / std::max<int64_t>(1, r->prompt_tokens)},
+                        {"global", static_cast<double>(r->global_hit_tokens) / std::max<int64_t>(1, r->prompt_tokens)}}},
+                      {"ttft_s", percentiles_json(r->ttft_s)},
                       {"tbt_s", percentiles_json(r->tbt_s)}, {"slo_attainment", r->slo_attainment},
                       {"makespan_s", r->makespan_s}, {"busy_max_over_mean", busy_mean > 0 ? busy_max / busy_mean : 0.0},
                       {"instances", inst}, {"seconds", seconds}});
@@ -332,6 +349,10 @@ void register_replay(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "cluster mode: tokens per step of an instance");
   cmd->add_option("--ttft-slo", o->ttft_slo_ms, "cluster mode: TTFT objective in ms (SLO attainment)");
   cmd->add_option("--tbt-slo", o->tbt_slo_ms, "cluster mode: mean time between tokens objective in ms");
+  cmd->add_option("--global-pool-tokens", o->global_pool,
+                  "cluster mode: one pool shared by every instance (a Redis tier's semantics), in tokens");
+  cmd->add_option("--global-pool-gbps", o->global_pool_gbps,
+                  "cluster mode: load bandwidth from the global pool in GB/s (with --kv-bytes-per-token; 0: free)");
   cmd->callback([o, &exit_code] { exit_code = replay(*o); });
 }
 

@@ -6,9 +6,13 @@
 #include <memory>
 #include <unordered_map>
 
+#include "core/clock.h"
+#include "core/log.h"
 #include "engine/scheduler.h"
 #include "kvcache/block_manager.h"
 #include "kvcache/block_pool.h"
+#include "kvcache/tier_stack.h"
+#include "sim/shared_pool.h"
 
 namespace pagoda::sim {
 
@@ -37,10 +41,29 @@ struct Request {
 };
 
 struct Instance {
-  explicit Instance(kvcache::BlockPool p, kvcache::EvictionPolicyKind eviction, const engine::SchedulerOptions& o)
-      : pool(std::move(p)), bm(pool, kvcache::BlockManagerOptions{eviction}), sched(bm, o) {}
+  // global: the shared pool's client for this instance (nullptr: local cache only).
+  Instance(kvcache::BlockPool p, kvcache::EvictionPolicyKind eviction, engine::SchedulerOptions o,
+           std::unique_ptr<kvcache::Tier> global, const Clock& clock, const Logger& logger)
+      : pool(std::move(p)),
+        bm(pool, kvcache::BlockManagerOptions{eviction}),
+        stack(global != nullptr ? std::make_unique<kvcache::TierStack>(pool, kvcache::OffloadMode::kWriteBack, clock, logger)
+                                : nullptr),
+        sched(bm, with_tiers(o, stack.get())) {
+    if (stack != nullptr) {
+      stack->add_tier(std::move(global), /*write_through=*/true);
+      bm.add_listener(stack.get());
+    }
+  }
+  ~Instance() {
+    if (stack != nullptr) bm.remove_listener(stack.get());  // before the scheduler frees its sequences
+  }
+  static engine::SchedulerOptions with_tiers(engine::SchedulerOptions o, kvcache::TierStack* tiers) {
+    o.tiers = tiers;
+    return o;
+  }
   kvcache::BlockPool pool;
   kvcache::BlockManager bm;
+  std::unique_ptr<kvcache::TierStack> stack;
   engine::Scheduler sched;
   std::unordered_map<engine::SchedSeqId, int64_t> request_of;  // scheduler id -> request index
   std::vector<engine::ScheduledSeq> step;  // the step in flight
@@ -91,10 +114,17 @@ class Cluster {
     layout.n_kv_head = 1;
     layout.head_dim = 2;
     layout.block_size = o_.block_size;
+    layout.dtype = kernels::KvDType::kF16;
+    const bool global = o_.global_pool_tokens > 0;
+    if (global) {
+      PAGODA_ASSIGN_OR_RETURN(shared_, SharedPool::create(layout, o_.global_pool_tokens / o_.block_size, o_.eviction, clock_));
+    }
     for (int i = 0; i < o_.instances; ++i) {
-      PAGODA_ASSIGN_OR_RETURN(kvcache::BlockPool pool,
-                              kvcache::BlockPool::create_without_memory(layout, o_.capacity_tokens / o_.block_size));
-      instances_.push_back(std::make_unique<Instance>(std::move(pool), o_.eviction, so));
+      const int64_t blocks = o_.capacity_tokens / o_.block_size;
+      PAGODA_ASSIGN_OR_RETURN(kvcache::BlockPool pool, global ? kvcache::BlockPool::create(layout, blocks)
+                                                              : kvcache::BlockPool::create_without_memory(layout, blocks));
+      instances_.push_back(std::make_unique<Instance>(std::move(pool), o_.eviction, so,
+                                                      global ? shared_->client() : nullptr, clock_, quiet_));
     }
     requests_.resize(trace_.size());
     res_.per_instance.resize(static_cast<size_t>(o_.instances));
@@ -178,11 +208,16 @@ class Cluster {
     if (inst.sched.empty()) return;
     const engine::StepPlan& plan = inst.sched.schedule();
     inst.stats.preemptions += static_cast<int64_t>(plan.preempted.size());
+    double load_s = 0;  // reading what the admissions loaded from the global pool
     for (engine::SchedSequence* s : plan.admitted) {
       Request& q = requests_[static_cast<size_t>(inst.request_of.at(s->id))];
+      if (o_.global_pool_gbps > 0) {
+        load_s += static_cast<double>(s->admitted_tier[0] * o_.kv_bytes_per_token) / (o_.global_pool_gbps * 1e9);
+      }
       if (!q.hit_recorded) {  // the first admission's prefix hit
         q.hit_recorded = true;
         res_.hit_tokens += s->admitted_cached;
+        res_.global_hit_tokens += s->admitted_cached - s->admitted_pool;
         inst.stats.hit_tokens += s->admitted_cached;
       }
     }
@@ -202,7 +237,7 @@ class Cluster {
       end_request(inst, requests_[static_cast<size_t>(inst.request_of.at(id))], /*finished=*/false);
     }
     if (inst.step.empty()) return;  // nothing runs: arrivals (or nothing) wake it
-    const double s = o_.cost.step_seconds(prefill, decoding);
+    const double s = o_.cost.step_seconds(prefill, decoding) + load_s;
     inst.busy = true;
     inst.busy_until = now_ + s;
     inst.stats.busy_s += s;
@@ -265,6 +300,9 @@ class Cluster {
 
   const std::vector<TraceRequest>& trace_;
   const ClusterReplayOptions& o_;
+  ManualClock clock_;                   // the tiers' completion stamps (unused by the results)
+  const Logger quiet_{LogLevel::kSilent};
+  std::unique_ptr<SharedPool> shared_;  // outlives the instances' clients
   std::vector<std::unique_ptr<Instance>> instances_;
   std::vector<Request> requests_;
   std::vector<double> ttft_, tbt_;
@@ -290,6 +328,12 @@ Result<ClusterReplayResult> replay_cluster(const std::vector<TraceRequest>& trac
     return Status::invalid_argument("max_num_seqs must be in [1, max_num_batched_tokens]");
   }
   if (o.ttft_slo_s < 0 || o.tbt_slo_s < 0) return Status::invalid_argument("negative SLO");
+  if (o.global_pool_tokens < 0 || o.global_pool_gbps < 0 || o.kv_bytes_per_token < 0) {
+    return Status::invalid_argument("negative global pool size, bandwidth or KV bytes per token");
+  }
+  if (o.global_pool_tokens > 0 && o.global_pool_tokens < o.block_size) {
+    return Status::invalid_argument("the global pool holds no block");
+  }
   Cluster cluster(trace, o);
   return cluster.run();
 }

@@ -13,6 +13,14 @@
 // Generated tokens are synthesized (unique per request); a request ends after output_length
 // tokens (at least 1).
 //
+// Global pool (global_pool_tokens > 0, sim/shared_pool.h): one shared tier below every
+// instance's pool, with a Redis tier's semantics: each instance's TierStack writes every
+// committed block through to it, and its scheduler probes it at admission and loads what it
+// holds (the real tier path; no cost model: what is found is loaded). The pools then hold KV
+// memory of a stand-in geometry (128 bytes a block at block 16) so that records are real. A
+// load adds loaded tokens x kv_bytes_per_token / global_pool_gbps to the step that admits it
+// (0: free).
+//
 // What the router knows (RequestCost, WorkerLoad): an instance's overlap is what its block
 // manager would match now (BlockManager::plan: the index a router builds from KV events, with
 // no event lag); its pending prefill tokens and active blocks are the router's own bookkeeping
@@ -57,6 +65,9 @@ struct ClusterReplayOptions {
   StepCostProfile cost;
   double ttft_slo_s = 0;           // 0: no SLO
   double tbt_slo_s = 0;
+  int64_t global_pool_tokens = 0;  // 0: local caches only
+  double global_pool_gbps = 0;     // load bandwidth from it (0: loads take no time)
+  int64_t kv_bytes_per_token = 0;  // of the model being simulated (for load times)
   TraceOptions trace;
 };
 
@@ -78,7 +89,8 @@ struct ClusterReplayResult {
   int64_t finished = 0;
   int64_t rejected = 0;            // refused by a scheduler: can never fit its pool
   int64_t prompt_tokens = 0;
-  int64_t hit_tokens = 0;
+  int64_t hit_tokens = 0;          // served at first admission: local pool + global pool
+  int64_t global_hit_tokens = 0;   // of which loaded from the global pool
   double hit_rate = 0;
   Percentiles ttft_s, tbt_s;
   double slo_attainment = 0;       // of finished requests; 1 with no SLO given

@@ -70,6 +70,30 @@ TEST(ClusterReplay, ExactTimesAndWhereTheRouterSendsAPrefix) {
   EXPECT_FALSE(replay_cluster(*t, bad).is_ok());
 }
 
+// The same two requests, round-robin, with a global pool below both instances: B, on the other
+// instance, loads A's two blocks from it (write-through at A's commit) through its scheduler's
+// tier path: 8 tokens hit, all global; its step pays 8 tokens x 1000 B at 1 MB/s = 8 ms on top
+// of the 4-token prefill (4 ms): TTFT 12 ms.
+TEST(ClusterReplay, AGlobalPoolServesAnotherInstancesPrefix) {
+  TraceOptions to;
+  to.block_tokens = 4;
+  auto t = parse_trace(line(0, 8, 2, "1, 2") + line(10000, 12, 1, "1, 2, 3"), to);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  ClusterReplayOptions o = small(router::RoutingPolicy::kRoundRobin);
+  o.global_pool_tokens = 64;
+  o.global_pool_gbps = 0.001;
+  o.kv_bytes_per_token = 1000;
+  auto r = replay_cluster(*t, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->per_instance[1].requests, 1);
+  EXPECT_EQ(r->hit_tokens, 8);
+  EXPECT_EQ(r->global_hit_tokens, 8);
+  EXPECT_EQ(r->finished, 2);
+  EXPECT_NEAR(r->ttft_s.p99, 0.012, 1e-12);
+  o.global_pool_tokens = 2;  // less than a block
+  EXPECT_FALSE(replay_cluster(*t, o).is_ok());
+}
+
 // A prompt larger than an instance's whole pool is refused by its scheduler, not stranded.
 TEST(ClusterReplay, APromptLargerThanThePoolIsRefused) {
   TraceOptions to;
