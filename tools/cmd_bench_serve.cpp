@@ -32,6 +32,9 @@ struct BenchServeOptions {
   bool json = false;
   bool dry_run = false;
   bool interleave = false;
+  std::string trace;
+  int64_t trace_block_tokens = 512, replay_block_tokens = 0, max_requests = 0, vocab_size = 32000;
+  double time_scale = 1.0;
 };
 
 // "N" or "MIN:MAX".
@@ -63,7 +66,11 @@ json plan_json(const WorkloadPlan& plan) {
   json sessions = json::array();
   for (const PlannedSession& s : plan.sessions) {
     json turns = json::array();
-    for (const PlannedTurn& t : s.turns) turns.push_back({{"user_text", t.user_text}, {"max_tokens", t.max_tokens}});
+    for (const PlannedTurn& t : s.turns) {
+      json turn = {{"user_text", t.user_text}, {"max_tokens", t.max_tokens}};
+      if (!t.prompt_ids.empty()) turn["prompt_tokens"] = t.prompt_ids.size();
+      turns.push_back(turn);
+    }
     sessions.push_back({{"arrival_s", s.arrival_s}, {"turns", turns}});
   }
   return {{"workload", workload_kind_name(plan.kind)}, {"system_prompt", plan.system_prompt}, {"sessions", sessions}};
@@ -139,13 +146,29 @@ int run_bench_serve(const BenchServeOptions& o, const Clock& clock) {
   w.turns = o.turns;
   w.rate = o.rate;
   w.seed = o.seed;
-  if (Status s = validate(w); !s) return fail(s);
+  w.trace_path = o.trace;
+  w.trace_block_tokens = o.trace_block_tokens;
+  w.replay_block_tokens = o.replay_block_tokens;
+  w.max_requests = o.max_requests;
+  w.time_scale = o.time_scale;
+  if (o.vocab_size < 2 || o.vocab_size > (int64_t{1} << 30)) return fail(Status::invalid_argument("bad --vocab-size"));
+  w.vocab_size = static_cast<int32_t>(o.vocab_size);
+  if (w.kind != WorkloadKind::kTrace) {
+    if (Status s = validate(w); !s) return fail(s);
+  }
   if (o.concurrency < 1) return fail(Status::invalid_argument("--concurrency must be >= 1"));
   if (!(o.timeout_s > 0)) return fail(Status::invalid_argument("--timeout must be > 0 seconds"));
   Result<ServerUrl> url = parse_server_url(o.url);
   if (!url) return fail(url.status());
 
-  const WorkloadPlan plan = plan_workload(w);
+  WorkloadPlan plan;
+  if (w.kind == WorkloadKind::kTrace) {
+    Result<WorkloadPlan> traced = plan_trace_workload(w);
+    if (!traced) return fail(traced.status());
+    plan = std::move(traced).value();
+  } else {
+    plan = plan_workload(w);
+  }
   if (o.dry_run) {
     std::printf("%s\n", plan_json(plan).dump(2).c_str());
     return 0;
@@ -156,7 +179,7 @@ int run_bench_serve(const BenchServeOptions& o, const Clock& clock) {
   run.client.timeout_s = o.timeout_s;
   run.model = o.model.empty() ? probe_model_id(run.client) : o.model;
   run.concurrency = o.concurrency;
-  run.open_loop = o.rate > 0;
+  run.open_loop = o.rate > 0 || w.kind == WorkloadKind::kTrace;  // a trace brings its arrival times
   run.interleave = o.interleave;
   run.ignore_eos = !o.no_ignore_eos;
   const std::vector<RequestRecord> records = run_plan(plan, run, clock);
@@ -164,8 +187,11 @@ int run_bench_serve(const BenchServeOptions& o, const Clock& clock) {
 
   char rate_text[32];
   std::snprintf(rate_text, sizeof(rate_text), "%g", o.rate);
-  const std::string mode = run.open_loop ? std::string("open loop, Poisson ") + rate_text + " req/s"
-                                         : "closed loop, concurrency " + std::to_string(o.concurrency);
+  char scale_text[32];
+  std::snprintf(scale_text, sizeof(scale_text), "%g", o.time_scale);
+  const std::string mode = w.kind == WorkloadKind::kTrace ? std::string("trace arrivals x ") + scale_text
+                           : run.open_loop ? std::string("open loop, Poisson ") + rate_text + " req/s"
+                                           : "closed loop, concurrency " + std::to_string(o.concurrency);
   const std::string title = std::string("bench-serve ") + o.url + ": " + workload_kind_name(w.kind) + ", " + mode +
                             ", " + std::to_string(plan.total_requests()) + " requests";
   if (o.json) {
@@ -199,7 +225,15 @@ void register_bench_serve(CLI::App& app, const Clock& clock, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("bench-serve", "Load-test an OpenAI-compatible server over HTTP (streaming)");
   cmd->add_option("--url", options->url, "server base URL")->capture_default_str();
   cmd->add_option("--model", options->model, "\"model\" field (default: the first id of GET /v1/models)");
-  cmd->add_option("--workload", options->workload, "random | shared-prefix | multi-turn")->capture_default_str();
+  cmd->add_option("--workload", options->workload, "random | shared-prefix | multi-turn | trace")->capture_default_str();
+  cmd->add_option("--trace", options->trace,
+                  "trace workload: a Mooncake-format or token-id JSONL file (as pagoda replay reads it)");
+  cmd->add_option("--trace-block-tokens", options->trace_block_tokens, "trace: tokens per hash id in the file (512)");
+  cmd->add_option("--replay-block-tokens", options->replay_block_tokens,
+                  "trace: tokens each hash id becomes (smaller: the trace at reduced scale, same sharing)");
+  cmd->add_option("--time-scale", options->time_scale, "trace: arrival times x this");
+  cmd->add_option("--max-requests", options->max_requests, "trace: only the first N requests");
+  cmd->add_option("--vocab-size", options->vocab_size, "trace: synthesized token ids are below this (the model's vocabulary)");
   cmd->add_option("--num-requests", options->num_requests, "requests (random, shared-prefix)")->capture_default_str();
   auto* concurrency = cmd->add_option("--concurrency", options->concurrency, "closed loop: requests in flight")
                           ->capture_default_str();

@@ -22,6 +22,7 @@ using nlohmann::json;
 struct ReplayOptions {
   std::string trace;
   int64_t trace_block_tokens = 512;
+  int64_t replay_block_tokens = 0;
   int64_t block_size = 16;
   std::string capacity = "inf";
   std::string sweep;
@@ -199,6 +200,7 @@ int replay_cluster_mode(const ReplayOptions& o, const std::vector<sim::TraceRequ
 int replay(const ReplayOptions& o) {
   sim::TraceOptions trace_options;
   trace_options.block_tokens = o.trace_block_tokens;
+  trace_options.replay_block_tokens = o.replay_block_tokens;
   trace_options.max_requests = o.max_requests;
   if (o.vocab_size < 2 || o.vocab_size > (int64_t{1} << 30)) return fail(Status::invalid_argument("bad --vocab-size"));
   trace_options.vocab_size = static_cast<int32_t>(o.vocab_size);
@@ -323,6 +325,8 @@ void register_replay(CLI::App& app, int& exit_code) {
   cmd->add_option("--trace", o->trace, "trace file: Mooncake JSONL (timestamp, input_length, output_length, hash_ids) "
                                        "or one {\"prompt_token_ids\": [...]} a line")->required();
   cmd->add_option("--trace-block-tokens", o->trace_block_tokens, "tokens per hash id in the trace (Mooncake: 512)");
+  cmd->add_option("--replay-block-tokens", o->replay_block_tokens,
+                  "tokens each hash id becomes (smaller: the trace at reduced scale, same sharing; default the trace's)");
   cmd->add_option("--block-size", o->block_size, "Pagoda's KV block (tokens)");
   cmd->add_option("--capacity-tokens", o->capacity, "cache size in tokens: 4096, 512K, 3M, 1.5G or inf (default)");
   cmd->add_option("--sweep-capacity", o->sweep, "replay once per capacity, e.g. 1M,3M,10M,50M");

@@ -57,6 +57,10 @@ void run_turn(const WorkloadPlan& plan, const PlannedSession& session, const Run
     record = send_streaming(options.client, "/v1/chat/completions", chat_body(options, state.messages, turn.max_tokens),
                             clock, t0_s, &reply);
     state.messages.push_back({{"role", "assistant"}, {"content", reply}});
+  } else if (!turn.prompt_ids.empty()) {  // a trace's token ids
+    json body = completion_body(options, "", turn.max_tokens);
+    body["prompt"] = turn.prompt_ids;
+    record = send_streaming(options.client, "/v1/completions", body, clock, t0_s, &reply);
   } else {
     const std::string prompt = plan.system_prompt.empty() ? turn.user_text : plan.system_prompt + " " + turn.user_text;
     record = send_streaming(options.client, "/v1/completions", completion_body(options, prompt, turn.max_tokens),

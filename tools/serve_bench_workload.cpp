@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "sim/trace.h"
 
 namespace pagoda::tools {
 
@@ -42,7 +43,8 @@ Result<WorkloadKind> parse_workload_kind(const std::string& name) {
   if (name == "random") return WorkloadKind::kRandom;
   if (name == "shared-prefix") return WorkloadKind::kSharedPrefix;
   if (name == "multi-turn") return WorkloadKind::kMultiTurn;
-  return Status::invalid_argument("--workload must be random, shared-prefix or multi-turn, got '" + name + "'");
+  if (name == "trace") return WorkloadKind::kTrace;
+  return Status::invalid_argument("--workload must be random, shared-prefix, multi-turn or trace, got '" + name + "'");
 }
 
 const char* workload_kind_name(WorkloadKind kind) {
@@ -50,6 +52,7 @@ const char* workload_kind_name(WorkloadKind kind) {
     case WorkloadKind::kRandom: return "random";
     case WorkloadKind::kSharedPrefix: return "shared-prefix";
     case WorkloadKind::kMultiTurn: return "multi-turn";
+    case WorkloadKind::kTrace: return "trace";
   }
   return "?";
 }
@@ -109,6 +112,34 @@ WorkloadPlan plan_workload(const WorkloadOptions& o) {
       turn.max_tokens = uniform_int(text_rng, o.output_len_min, o.output_len_max);
       session.turns.push_back(std::move(turn));
     }
+  }
+  return plan;
+}
+
+}  // namespace pagoda::tools
+
+namespace pagoda::tools {
+
+Result<WorkloadPlan> plan_trace_workload(const WorkloadOptions& o) {
+  if (o.trace_path.empty()) return Status::invalid_argument("--workload trace needs --trace FILE");
+  if (!(o.time_scale > 0)) return Status::invalid_argument("--time-scale must be > 0");
+  sim::TraceOptions t;
+  t.block_tokens = o.trace_block_tokens;
+  t.replay_block_tokens = o.replay_block_tokens;
+  t.vocab_size = o.vocab_size;
+  t.max_requests = o.max_requests;
+  PAGODA_ASSIGN_OR_RETURN(std::vector<sim::TraceRequest> trace, sim::read_trace(o.trace_path, t));
+  WorkloadPlan plan;
+  plan.kind = WorkloadKind::kTrace;
+  const double t0 = trace.front().timestamp_ms;
+  for (const sim::TraceRequest& r : trace) {
+    PlannedSession session;
+    session.arrival_s = (r.timestamp_ms - t0) * 1e-3 * o.time_scale;
+    PlannedTurn turn;
+    turn.max_tokens = std::max<int64_t>(1, r.output_length);
+    sim::synthesize_prompt(r, t, turn.prompt_ids);
+    session.turns.push_back(std::move(turn));
+    plan.sessions.push_back(std::move(session));
   }
   return plan;
 }

@@ -65,6 +65,9 @@ Result<TraceRequest> parse_line(const json& o, const TraceOptions& opt) {
                                       std::to_string(B) + "-token blocks, the line has " + std::to_string(k) +
                                       " (--trace-block-tokens sets the block)");
     }
+    if (opt.replay_block_tokens > 0 && opt.replay_block_tokens != B) {  // reduced (or enlarged) scale
+      r.input_length = (r.input_length * opt.replay_block_tokens + B - 1) / B;
+    }
     return r;
   }
   if (tokens == nullptr) {
@@ -89,7 +92,9 @@ Result<TraceRequest> parse_line(const json& o, const TraceOptions& opt) {
 }  // namespace
 
 Result<std::vector<TraceRequest>> parse_trace(const std::string& text, const TraceOptions& opt, const std::string& name) {
-  if (opt.block_tokens <= 0 || opt.vocab_size <= 1) return Status::invalid_argument("bad trace block size or vocabulary");
+  if (opt.block_tokens <= 0 || opt.vocab_size <= 1 || opt.replay_block_tokens < 0) {
+    return Status::invalid_argument("bad trace block size or vocabulary");
+  }
   std::vector<TraceRequest> out;
   std::istringstream in(text);
   std::string line;
@@ -129,9 +134,10 @@ void synthesize_prompt(const TraceRequest& r, const TraceOptions& opt, std::vect
     return;
   }
   const uint64_t vocab = static_cast<uint64_t>(opt.vocab_size);
+  const int64_t B = opt.replay_block_tokens > 0 ? opt.replay_block_tokens : opt.block_tokens;
   for (int64_t i = 0; i < r.input_length; ++i) {
-    const uint64_t id = r.hash_ids[static_cast<size_t>(i / opt.block_tokens)];
-    const uint64_t j = static_cast<uint64_t>(i % opt.block_tokens);
+    const uint64_t id = r.hash_ids[static_cast<size_t>(i / B)];
+    const uint64_t j = static_cast<uint64_t>(i % B);
     out[static_cast<size_t>(i)] = static_cast<int32_t>(mix64(mix64(id) ^ j) % vocab);
   }
 }

@@ -10,8 +10,8 @@
 // Plain: {"prompt_token_ids": [t, ...]} (or "tokens"), with optional "timestamp" (ms) and
 // "output_length"; requests without a timestamp arrive in file order at 0.
 //
-// Tokens (synthesize_prompt): block i of a Mooncake request is a deterministic run derived from
-// hash_ids[i] alone, token j = mix(id, j) mod vocab_size, cut to the block's length. Equal ids
+// Tokens (synthesize_prompt): block i of a Mooncake request (replay_block_tokens long) is a
+// deterministic run derived from hash_ids[i] alone, token j = mix(id, j) mod vocab_size, cut to the block's length. Equal ids
 // give equal tokens, different ids different runs (with probability 1 - vocab^-block), so
 // Pagoda's chained block hashing, at any block size, sees exactly the trace's sharing; a
 // request's tokens total its input_length.
@@ -35,6 +35,10 @@ struct TraceRequest {
 
 struct TraceOptions {
   int64_t block_tokens = 512;     // Mooncake's hash-id granularity (--trace-block-tokens)
+  // Tokens each hash id becomes (--replay-block-tokens; 0: block_tokens). Smaller replays the
+  // trace at reduced scale with the same sharing: a request of input_length tokens then has
+  // ceil(input_length x replay_block_tokens / block_tokens) (its last block scaled alike).
+  int64_t replay_block_tokens = 0;
   int32_t vocab_size = 32000;     // synthesized token ids are below it (plain traces: checked)
   int64_t max_requests = 0;       // > 0: read at most this many requests
 };

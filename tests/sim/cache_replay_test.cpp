@@ -69,6 +69,20 @@ TEST(Trace, SynthesizedTokensShareExactlyWhatTheIdsShare) {
   EXPECT_TRUE(std::equal(c.begin(), c.begin() + 8, a.begin()));       // id 10
   EXPECT_FALSE(std::equal(c.begin() + 8, c.end(), a.begin() + 8));    // 99 is not 11
   for (int32_t tok : a) EXPECT_TRUE(tok >= 0 && tok < o.vocab_size);
+
+  // Reduced scale: ids of 8-token blocks replayed as 2-token runs, lengths scaled alike (20 -> 5).
+  TraceOptions small = o;
+  small.replay_block_tokens = 2;
+  auto s = parse_trace(line(0, 20, 1, "10, 11, 12") + line(1, 13, 1, "10, 11"), small);
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  EXPECT_EQ((*s)[0].input_length, 5);
+  EXPECT_EQ((*s)[1].input_length, 4);  // ceil(13 x 2 / 8)
+  std::vector<int32_t> sa, sb;
+  synthesize_prompt((*s)[0], small, sa);
+  synthesize_prompt((*s)[1], small, sb);
+  ASSERT_EQ(sa.size(), 5u);
+  EXPECT_TRUE(std::equal(sb.begin(), sb.end(), sa.begin()));
+  EXPECT_TRUE(std::equal(sa.begin(), sa.begin() + 2, a.begin()));  // id 10's run starts alike
 }
 
 // Block size 4 = trace block 4, a pool of 4 blocks, LRU; a sequence releases its blocks tail

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -75,6 +76,8 @@ class ScriptedServer {
       for (const json& m : body["messages"]) {
         for (auto& w : split_words(m["content"].get<std::string>())) words.push_back(w);
       }
+    } else if (body["prompt"].is_array()) {  // token ids (the trace workload)
+      for (const json& id : body["prompt"]) words.push_back(id.dump());
     } else {
       words = split_words(body["prompt"].get<std::string>());
     }
@@ -323,6 +326,46 @@ TEST(BenchServe, UnreachableServerFailsEveryRequestWithoutCrashing) {
   EXPECT_EQ(report["summary"]["failed"], 3);
   ASSERT_EQ(report["summary"]["errors"].size(), 1u);
   EXPECT_EQ(report["summary"]["errors"].begin().key().rfind("connection: ", 0), 0u);
+}
+
+// A trace's requests go out as token-id prompts at their timestamps x --time-scale, with their
+// output lengths as max_tokens; requests that share hash ids share their first tokens (the
+// scripted server counts the shared run as cached).
+TEST(BenchServe, TraceWorkloadSendsTokenIdsAtTheTracesTimes) {
+  ScriptedServer server;
+  const std::string trace = testing::temp_dir() + "/bench_trace.jsonl";
+  {
+    std::ofstream f(trace);
+    f << R"({"timestamp": 0, "input_length": 10, "output_length": 3, "hash_ids": [7, 8, 9]})" << "\n";
+    f << R"({"timestamp": 100, "input_length": 8, "output_length": 2, "hash_ids": [7, 8]})" << "\n";
+    f << R"({"timestamp": 200, "input_length": 5, "output_length": 0, "hash_ids": [5, 6]})" << "\n";
+  }
+  const std::string args = "--url " + server.url() + " --workload trace --trace " + trace +
+                           " --trace-block-tokens 4 --time-scale 0.5 --vocab-size 500";
+  const json plan = run_json(args + " --dry-run");
+  ASSERT_EQ(plan["sessions"].size(), 3u);
+  EXPECT_DOUBLE_EQ(plan["sessions"][1]["arrival_s"].get<double>(), 0.05);
+  EXPECT_DOUBLE_EQ(plan["sessions"][2]["arrival_s"].get<double>(), 0.1);
+  EXPECT_EQ(plan["sessions"][0]["turns"][0]["prompt_tokens"], 10);
+  EXPECT_EQ(plan["sessions"][2]["turns"][0]["max_tokens"], 1);  // at least one token
+  const json report = run_json(args + " --json");
+  EXPECT_EQ(report["summary"]["succeeded"], 3);
+  EXPECT_EQ(report["config"]["mode"], "open-loop");
+  auto got = server.received();
+  ASSERT_EQ(got.size(), 3u);
+  std::map<int64_t, json> by_len;
+  for (const auto& r : got) {
+    ASSERT_TRUE(r.body["prompt"].is_array());
+    for (const json& id : r.body["prompt"]) EXPECT_LT(id.get<int64_t>(), 500);
+    by_len[static_cast<int64_t>(r.body["prompt"].size())] = r.body;
+  }
+  ASSERT_EQ(by_len.count(10) + by_len.count(8) + by_len.count(5), 3u);
+  EXPECT_EQ(by_len[10]["max_tokens"], 3);
+  // The 8-token request's ids are the 10-token one's first 8 (hash ids 7, 8).
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(by_len[8]["prompt"][i], by_len[10]["prompt"][i]);
+  EXPECT_NE(by_len[5]["prompt"][0], by_len[10]["prompt"][0]);
+  Output bad = pagoda("bench-serve --url " + server.url() + " --workload trace");
+  EXPECT_NE(bad.err.find("--workload trace needs --trace FILE"), std::string::npos) << bad.err;
 }
 
 TEST(BenchServe, BadOptionsGetClearErrors) {

@@ -148,7 +148,7 @@ TEST(Cli, UnsupportedArchitectureIsRefusedFromTheHeader) {
   file->set("general.architecture", model::GgufValue::of_string("qwen3moe"));
   const std::string path = temp_dir() + "/moe.gguf";
   ASSERT_TRUE(file->write(path).is_ok());
-  const std::string want = "unsupported architecture 'qwen3moe' (supported: llama, qwen2, qwen3, deepseek2)";
+  const std::string want = "unsupported architecture 'qwen3moe' (supported: llama, qwen2, qwen3, deepseek2, gemma3)";
   expect_clean_error(pagoda("run -m " + path + " -n 2"), want);
   expect_clean_error(pagoda("serve -m " + path + " --port 0"), want);
 }
