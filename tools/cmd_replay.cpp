@@ -42,6 +42,7 @@ struct ReplayOptions {
   double ttft_slo_ms = 0, tbt_slo_ms = 0;
   std::string global_pool;
   double global_pool_gbps = 0;
+  double step_budget_ms = 100;
 };
 
 // "3M" -> 3000000, "1.5M", "512K", "2G", "4096", "inf" -> 0 (unbounded). Decimal units: tokens.
@@ -132,6 +133,7 @@ int replay_cluster_mode(const ReplayOptions& o, const std::vector<sim::TraceRequ
   c.tbt_slo_s = o.tbt_slo_ms * 1e-3;
   c.trace = trace_options;
   c.kv_bytes_per_token = o.kv_bytes_per_token;
+  c.step_budget_ms = o.step_budget_ms;
   c.global_pool_gbps = o.global_pool_gbps;
   if (!o.global_pool.empty()) {
     auto n = parse_tokens(o.global_pool);
@@ -353,6 +355,8 @@ void register_replay(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "cluster mode: tokens per step of an instance");
   cmd->add_option("--ttft-slo", o->ttft_slo_ms, "cluster mode: TTFT objective in ms (SLO attainment)");
   cmd->add_option("--tbt-slo", o->tbt_slo_ms, "cluster mode: mean time between tokens objective in ms");
+  cmd->add_option("--step-budget-ms", o->step_budget_ms,
+                  "cluster mode: the serving engine's step latency budget, as serve's (0: off)");
   cmd->add_option("--global-pool-tokens", o->global_pool,
                   "cluster mode: one pool shared by every instance (a Redis tier's semantics), in tokens");
   cmd->add_option("--global-pool-gbps", o->global_pool_gbps,

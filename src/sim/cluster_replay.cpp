@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "engine/scheduler.h"
+#include "engine/step_cost.h"
 #include "kvcache/block_manager.h"
 #include "kvcache/block_pool.h"
 #include "kvcache/tier_stack.h"
@@ -43,12 +44,13 @@ struct Request {
 struct Instance {
   // global: the shared pool's client for this instance (nullptr: local cache only).
   Instance(kvcache::BlockPool p, kvcache::EvictionPolicyKind eviction, engine::SchedulerOptions o,
-           std::unique_ptr<kvcache::Tier> global, const Clock& clock, const Logger& logger)
-      : pool(std::move(p)),
+           std::unique_ptr<kvcache::Tier> global, const Clock& clock, const Logger& logger, const StepCostProfile& cost)
+      : step_cost(1e9 / cost.decode_tps, 1e9 / cost.prefill_tps),  // a decode step's time; per token, prefill's
+        pool(std::move(p)),
         bm(pool, kvcache::BlockManagerOptions{eviction}),
         stack(global != nullptr ? std::make_unique<kvcache::TierStack>(pool, kvcache::OffloadMode::kWriteBack, clock, logger)
                                 : nullptr),
-        sched(bm, with_tiers(o, stack.get())) {
+        sched(bm, with_tiers(o, stack.get(), &step_cost)) {
     if (stack != nullptr) {
       stack->add_tier(std::move(global), /*write_through=*/true);
       bm.add_listener(stack.get());
@@ -57,10 +59,13 @@ struct Instance {
   ~Instance() {
     if (stack != nullptr) bm.remove_listener(stack.get());  // before the scheduler frees its sequences
   }
-  static engine::SchedulerOptions with_tiers(engine::SchedulerOptions o, kvcache::TierStack* tiers) {
+  static engine::SchedulerOptions with_tiers(engine::SchedulerOptions o, kvcache::TierStack* tiers,
+                                             const engine::StepCostModel* cost) {
     o.tiers = tiers;
+    if (o.step_budget_ns > 0) o.step_cost = cost;
     return o;
   }
+  engine::StepCostModel step_cost;  // fed with every simulated step, as the serving loop feeds it
   kvcache::BlockPool pool;
   kvcache::BlockManager bm;
   std::unique_ptr<kvcache::TierStack> stack;
@@ -109,6 +114,7 @@ class Cluster {
     engine::SchedulerOptions so;
     so.max_num_seqs = o_.max_num_seqs;
     so.max_num_batched_tokens = o_.max_num_batched_tokens;
+    so.step_budget_ns = static_cast<int64_t>(o_.step_budget_ms * 1e6);
     kvcache::KvLayout layout;  // a stand-in: the pool holds no KV bytes
     layout.n_layer = 1;
     layout.n_kv_head = 1;
@@ -124,7 +130,7 @@ class Cluster {
       PAGODA_ASSIGN_OR_RETURN(kvcache::BlockPool pool, global ? kvcache::BlockPool::create(layout, blocks)
                                                               : kvcache::BlockPool::create_without_memory(layout, blocks));
       instances_.push_back(std::make_unique<Instance>(std::move(pool), o_.eviction, so,
-                                                      global ? shared_->client() : nullptr, clock_, quiet_));
+                                                      global ? shared_->client() : nullptr, clock_, quiet_, o_.cost));
     }
     requests_.resize(trace_.size());
     res_.per_instance.resize(static_cast<size_t>(o_.instances));
@@ -207,6 +213,7 @@ class Cluster {
     inst.busy_until = kNever;
     if (inst.sched.empty()) return;
     const engine::StepPlan& plan = inst.sched.schedule();
+    const int64_t plan_tokens = plan.num_tokens;
     inst.stats.preemptions += static_cast<int64_t>(plan.preempted.size());
     double load_s = 0;  // reading what the admissions loaded from the global pool
     for (engine::SchedSequence* s : plan.admitted) {
@@ -238,6 +245,7 @@ class Cluster {
     }
     if (inst.step.empty()) return;  // nothing runs: arrivals (or nothing) wake it
     const double s = o_.cost.step_seconds(prefill, decoding) + load_s;
+    inst.step_cost.observe(plan_tokens, static_cast<int64_t>(s * 1e9));
     inst.busy = true;
     inst.busy_until = now_ + s;
     inst.stats.busy_s += s;
@@ -328,6 +336,7 @@ Result<ClusterReplayResult> replay_cluster(const std::vector<TraceRequest>& trac
     return Status::invalid_argument("max_num_seqs must be in [1, max_num_batched_tokens]");
   }
   if (o.ttft_slo_s < 0 || o.tbt_slo_s < 0) return Status::invalid_argument("negative SLO");
+  if (!(o.step_budget_ms >= 0 && o.step_budget_ms <= 3.6e6)) return Status::invalid_argument("step budget must be in [0, 3600000] ms");
   if (o.global_pool_tokens < 0 || o.global_pool_gbps < 0 || o.kv_bytes_per_token < 0) {
     return Status::invalid_argument("negative global pool size, bandwidth or KV bytes per token");
   }

@@ -62,6 +62,10 @@ struct ClusterReplayOptions {
   double time_scale = 1.0;         // arrival times x this (< 1: faster arrivals)
   int64_t max_num_seqs = 64;       // per instance, the scheduler's
   int64_t max_num_batched_tokens = 2048;
+  // The serving engine's latency budget (`serve --step-budget-ms`, default 100): while any
+  // sequence decodes, a step takes the tokens its StepCostModel (engine/step_cost.h) says fit,
+  // the model fed with each simulated step as the serving loop feeds it real ones. 0: off.
+  double step_budget_ms = 0;
   StepCostProfile cost;
   double ttft_slo_s = 0;           // 0: no SLO
   double tbt_slo_s = 0;
