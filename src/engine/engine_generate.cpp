@@ -128,7 +128,7 @@ Result<ParallelResult> Engine::generate_parallel(const GenerateRequest& request,
     for (size_t a = 0; a < active.size(); ++a) {
       const int i = active[a];
       GenerateResult& r = out.samples[i];
-      const int32_t token = samplers[i].sample(std::span<float>(logits + a * n_vocab, n_vocab), histories[i]);
+      const int32_t token = samplers[i].sample(std::span<float>(logits + a * n_vocab, n_vocab), histories[i], r.tokens);
       if (!sampled_any) {
         t_first = clock_->now_ns();
         sampled_any = true;

@@ -12,6 +12,15 @@ Status SamplingParams::validate() const {
   if (!(min_p >= 0.0f) || min_p > 1.0f) return Status::error("min_p must be in [0, 1]");
   if (!(repetition_penalty > 0.0f)) return Status::error("repetition_penalty must be > 0");
   if (repeat_last_n < 0) return Status::error("repeat_last_n must be >= 0");
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return Status::error("presence_penalty must be in [-2, 2]");
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) return Status::error("frequency_penalty must be in [-2, 2]");
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto& [id, bias] = logit_bias[i];
+    if (id < 0) return Status::error("logit_bias: token ids must be >= 0");
+    if (i > 0 && logit_bias[i - 1].first >= id) return Status::error("logit_bias: ids must ascend, each once");
+    if (!(bias >= -100.0f && bias <= 100.0f)) return Status::error("logit_bias: values must be in [-100, 100]");
+  }
+  return Status::ok();
   return Status::ok();
 }
 
@@ -49,11 +58,31 @@ int32_t argmax(std::span<const float> values) {
 }
 
 Sampler::Sampler(const SamplingParams& params, int64_t n_vocab)
-    : params_(params), rng_(params.seed), candidates_(n_vocab), probs_(n_vocab) {}
+    : params_(params), rng_(params.seed), candidates_(n_vocab), probs_(n_vocab),
+      counts_(params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f ? n_vocab : 0, 0.0f) {}
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+void Sampler::apply_bias_and_penalties(std::span<float> logits, std::span<const int32_t> generated) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id < n) logits[id] += bias;
+  }
+  if ((params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f) || generated.empty()) return;
+  // counts_ (all zero between calls) counts each token's occurrences; each distinct token is
+  // penalised once, when its count is first seen complete, and its counter zeroed again.
+  for (int32_t id : generated) {
+    if (id >= 0 && id < n) counts_[id] += 1.0f;
+  }
+  for (int32_t id : generated) {
+    if (id < 0 || id >= n || counts_[id] == 0.0f) continue;
+    logits[id] -= params_.frequency_penalty * counts_[id] + params_.presence_penalty;
+    counts_[id] = 0.0f;
+  }
+}
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history, std::span<const int32_t> generated) {
   const int64_t n = static_cast<int64_t>(logits.size());
   CHECK_EQ(n, static_cast<int64_t>(candidates_.size()));
+  apply_bias_and_penalties(logits, generated);
   if (params_.repetition_penalty != 1.0f && params_.repeat_last_n > 0) {
     const size_t start = history.size() > static_cast<size_t>(params_.repeat_last_n)
                              ? history.size() - params_.repeat_last_n

@@ -127,7 +127,10 @@ void ServingEngineImpl::fork_choices(Request& r) {
 void ServingEngineImpl::sample_choice(Request& r, Choice& c, const float* logits, int64_t now) {
   SchedSequence& seq = scheduler_.get(c.seq);
   std::copy(logits, logits + n_vocab_, row_.begin());  // the sampler's penalty edits its row
-  const int32_t token = c.sampler.sample(row_, seq.tokens);
+  // The completion so far is the tail of seq.tokens (each sampled token is pushed below).
+  const std::span<const int32_t> generated =
+      std::span<const int32_t>(seq.tokens).last(static_cast<size_t>(c.num_generated));
+  const int32_t token = c.sampler.sample(row_, seq.tokens, generated);
   ++c.num_generated;
   ++r.usage.completion_tokens;
   ++loop_metrics_.generation_tokens;

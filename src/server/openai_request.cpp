@@ -2,6 +2,7 @@
 
 #include "model/text/chat_messages.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -147,6 +148,36 @@ void read_kv_select(FieldReader& r, ApiRequest& req) {
   req.kv_select = p;
 }
 
+// logit_bias: {"token id": bias, ...} (OpenAI: ids as decimal strings, bias in [-100, 100]).
+void read_logit_bias(FieldReader& r, const RequestLimits& limits, ApiRequest& req) {
+  const json* bias = r.get("logit_bias");
+  if (bias == nullptr) return;
+  if (!bias->is_object()) return r.fail("logit_bias", "must be an object of token id -> bias");
+  if (bias->size() > static_cast<size_t>(limits.max_logit_bias)) {
+    return r.fail("logit_bias", "at most " + std::to_string(limits.max_logit_bias) + " entries");
+  }
+  auto& out = req.sampling.logit_bias;
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    const std::string& key = it.key();
+    int64_t id = -1;
+    const bool digits = !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) id = std::stoll(key);
+    if (!digits || id >= limits.vocab_size) {
+      return r.fail("logit_bias", "\"" + key + "\" is not a token id in [0, " + std::to_string(limits.vocab_size) + ")");
+    }
+    if (!it->is_number()) return r.fail("logit_bias", "the bias of token " + key + " must be a number");
+    const double v = it->get<double>();
+    if (!std::isfinite(v) || v < -100 || v > 100) {
+      return r.fail("logit_bias", "the bias of token " + key + " must be between -100 and 100, got " + it->dump());
+    }
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(v));
+  }
+  std::sort(out.begin(), out.end());
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (out[i].first == out[i - 1].first) return r.fail("logit_bias", "token " + std::to_string(out[i].first) + " is given twice");
+  }
+}
+
 void read_common(FieldReader& r, const RequestLimits& limits, ApiRequest& req) {
   req.sampling = engine::SamplingParams{};
   req.sampling.temperature = 1.0f;
@@ -206,15 +237,9 @@ void read_common(FieldReader& r, const RequestLimits& limits, ApiRequest& req) {
   if (r.ok() && r.get("cache_salt") != nullptr && req.cache_salt.empty()) r.fail("cache_salt", "must not be empty");
   read_kv_select(r, req);
 
-  // Implemented nowhere: refuse rather than silently ignore.
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    float value = 0;
-    r.read_number(name, -2, 2, value);
-    if (r.ok() && value != 0) r.fail(name, "is not supported (only 0)");
-  }
-  if (const json* bias = r.get("logit_bias"); bias != nullptr && !(bias->is_object() && bias->empty())) {
-    r.fail("logit_bias", "is not supported");
-  }
+  r.read_number("presence_penalty", -2, 2, req.sampling.presence_penalty);
+  r.read_number("frequency_penalty", -2, 2, req.sampling.frequency_penalty);
+  read_logit_bias(r, limits, req);
   if (const json* tools = r.get("tools"); tools != nullptr && !(tools->is_array() && tools->empty())) {
     r.fail("tools", "tool calls are not supported");
   }

@@ -2,9 +2,9 @@
 //
 // Rules: the body is one JSON object (UTF-8; ill-formed UTF-8 is an error). Known fields are
 // checked for type and range; null means "not given"; unknown fields are ignored (clients send
-// many). Fields that would change the output but are not implemented (echo, suffix, logit_bias,
-// non-zero presence/frequency penalties, tools, a non-text response_format, best_of != n) are
-// errors rather than silently ignored. Every error is kInvalidArgument (HTTP 400) and names the
+// many). Fields that would change the output but are not implemented (echo, suffix, tools, a
+// non-text response_format, best_of != n) are errors rather than silently ignored.
+// logit_bias, presence_penalty and frequency_penalty are OpenAI's (engine/sampler.h). Every error is kInvalidArgument (HTTP 400) and names the
 // offending field through `param`.
 //
 // Defaults follow OpenAI: temperature 1, top_p 1 (top_k, min_p off), n 1, max_tokens 16 for
@@ -73,6 +73,7 @@ struct RequestLimits {
   int64_t max_total_tokens = 1 << 20;   // explicit n x prompts x max_tokens above it: an error
   size_t max_stop = 16;                 // stop strings, and stop token ids
   int max_logprobs = 20;
+  int max_logit_bias = 300;             // logit_bias entries (OpenAI's limit too)
 };
 
 // On error, *param (when non-null) names the field ("temperature", "messages[1].content").

@@ -255,6 +255,45 @@ TEST(ServingEngine, ParallelChoicesShareThePromptAndEqualSeededGenerate) {
   testing::expect_clean(*se);
 }
 
+// OpenAI's bias and penalties in batched steps with parallel choices under a pool small enough
+// to preempt: each choice equals Engine::generate with the same seed (whose completion is its
+// own token list), the penalties change the greedy output, and a +100 bias forces its token.
+TEST(ServingEngine, BiasAndPenaltiesInBatchedStepsEqualGenerate) {
+  auto s = testing::load_stories();
+  engine::EngineConfig ec;
+  ec.kv_cache_bytes = testing::pool_bytes(*s, 8);  // 128 tokens for 5 requests of up to ~60
+  engine::ServingConfig sc;
+  sc.max_num_seqs = 5;
+  auto se = testing::serving(*s, ec, sc);
+  std::vector<Submitted> all;
+  for (int i = 0; i < 4; ++i) {
+    Submitted sub{completion(testing::mixed_prompt(*s->tokenizer, i), 24), std::make_shared<Recorder>()};
+    sub.request.sampling = engine::SamplingParams();
+    sub.request.sampling.temperature = i % 2 == 0 ? 0.0f : 0.9f;
+    sub.request.sampling.seed = 40 + i;
+    sub.request.sampling.frequency_penalty = 1.5f;
+    sub.request.sampling.presence_penalty = 0.5f;
+    sub.request.sampling.logit_bias = {{13, -100.0f}};
+    ASSERT_TRUE(se->submit(sub.request, sub.recorder).is_ok());
+    all.push_back(std::move(sub));
+  }
+  Submitted forced{completion(testing::mixed_prompt(*s->tokenizer, 9), 6), std::make_shared<Recorder>()};
+  forced.request.sampling = engine::SamplingParams::greedy();
+  forced.request.sampling.logit_bias = {{300, 100.0f}};
+  ASSERT_TRUE(se->submit(forced.request, forced.recorder).is_ok());
+  testing::run_to_end(*se);
+  EXPECT_GT(se->metrics().preemptions, 0);
+  expect_equal_to_reference(*s, all);
+  for (const Submitted& sub : all) {
+    for (int32_t t : sub.recorder->choice(0).tokens) EXPECT_NE(t, 13);
+  }
+  engine::CompletionRequest plain = all[0].request;
+  plain.sampling.frequency_penalty = plain.sampling.presence_penalty = 0.0f;
+  EXPECT_NE(reference_tokens(*s, plain), all[0].recorder->choice(0).tokens);  // the penalties did something
+  EXPECT_EQ(forced.recorder->choice(0).tokens, std::vector<int32_t>(6, 300));
+  testing::expect_clean(*se);
+}
+
 TEST(ServingEngine, AbortFreesBlocksWithinOneStep) {
   auto s = testing::load_stories();
   auto se = testing::serving(*s, {}, {});

@@ -70,7 +70,8 @@ TEST_F(ServerTest, ParametersReachTheEngine) {
   start();
   const json body = {{"prompt", "Tom"}, {"max_tokens", 3}, {"temperature", 0.5}, {"top_p", 0.9}, {"top_k", 5},
                      {"min_p", 0.1}, {"seed", 7}, {"stop", "x"}, {"stop_token_ids", {13}}, {"priority", 3},
-                     {"cache_salt", "tenant-a"}, {"ignore_eos", true}, {"n", 2}, {"some_future_field", {1, 2}}};
+                     {"cache_salt", "tenant-a"}, {"ignore_eos", true}, {"n", 2}, {"some_future_field", {1, 2}},
+                     {"presence_penalty", 0.5}, {"frequency_penalty", -0.25}, {"logit_bias", {{"13", -100}, {"2", 5}}}};
   auto r = post("/v1/completions", body);
   ASSERT_EQ(r->status, 200) << r->body;
   const engine::CompletionRequest got = engine_->submitted().at(0);
@@ -86,6 +87,10 @@ TEST_F(ServerTest, ParametersReachTheEngine) {
   EXPECT_TRUE(got.ignore_eos);
   EXPECT_EQ(got.n, 2);
   EXPECT_EQ(got.max_tokens, 3);
+  EXPECT_FLOAT_EQ(got.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(got.sampling.frequency_penalty, -0.25f);
+  const std::vector<std::pair<int32_t, float>> bias = {{2, 5.0f}, {13, -100.0f}};
+  EXPECT_EQ(got.sampling.logit_bias, bias);
   EXPECT_EQ(json::parse(r->body)["choices"].size(), 2u);
 }
 

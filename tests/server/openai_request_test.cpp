@@ -141,14 +141,31 @@ TEST(OpenAiRequest, UnsupportedFeaturesAreErrorsNotSilence) {
   EXPECT_EQ(bad_param(R"({"prompt": "a", "echo": true})"), "echo");
   EXPECT_EQ(bad_param(R"({"prompt": "a", "suffix": "end"})"), "suffix");
   EXPECT_EQ(bad_param(R"({"prompt": "a", "best_of": 3})"), "best_of");
-  EXPECT_EQ(bad_param(R"({"prompt": "a", "presence_penalty": 0.5})"), "presence_penalty");
-  EXPECT_EQ(bad_param(R"({"prompt": "a", "logit_bias": {"5": 10}})"), "logit_bias");
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})", true), "tools");
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", true),
             "response_format");
   // Found by fuzz/openai_request: a non-string "type" threw out of the parser.
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": 1e308}})", true),
             "response_format");
+}
+
+TEST(OpenAiRequest, PenaltiesAndLogitBias) {
+  const ApiRequest r = completion(R"({"prompt": "a", "presence_penalty": 0.5, "frequency_penalty": -1.25,
+      "logit_bias": {"7": -100, "3": 2.5, "0": 100}})");
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -1.25f);
+  const std::vector<std::pair<int32_t, float>> want = {{0, 100.0f}, {3, 2.5f}, {7, -100.0f}};
+  EXPECT_EQ(r.sampling.logit_bias, want);  // ascending ids, as the sampler requires
+  EXPECT_TRUE(r.sampling.validate().is_ok());
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "presence_penalty": 2.5})"), "presence_penalty");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "frequency_penalty": "1"})"), "frequency_penalty");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "logit_bias": {"5": 101}})"), "logit_bias");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "logit_bias": {"-1": 1}})"), "logit_bias");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "logit_bias": {"x": 1}})"), "logit_bias");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "logit_bias": {"99999999999": 1}})"), "logit_bias");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "logit_bias": {"1": "2"}})"), "logit_bias");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "logit_bias": [1]})"), "logit_bias");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "logit_bias": {"01": 1, "1": 2}})"), "logit_bias");  // one id twice
 }
 
 TEST(OpenAiRequest, ChoiceAndTokenBudgets) {
