@@ -3,7 +3,12 @@
 // content, any bytes. render() gives text or a Status (roles out of order), never a crash; the
 // rendered text of a conversation whose contents are valid UTF-8 is valid UTF-8, and encodes
 // with the tok512 tokenizer. detect_chat_template reads the raw input as a Jinja string.
+// Byte 1 bits 1-2 pick the tool syntax (none, hermes, llama3, mistral) and bit 3 think
+// reasoning: the template renders with it, and ChatOutputParser reads the raw input as a reply,
+// whole and in pieces cut at the 0x1E bytes: both give the same reasoning, content and calls,
+// and every call's arguments are a JSON object.
 #include "fuzz/fuzz_util.h"
+#include "model/text/chat_output.h"
 #include "model/text/chat_template.h"
 #include "model/format/llama2c.h"
 #include "model/text/prompt_tokens.h"
@@ -48,7 +53,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     messages.push_back({role, std::string(m)});
     if (messages.size() > 64) break;
   }
+  const ToolSyntax syntaxes[] = {ToolSyntax::kNone, ToolSyntax::kHermes, ToolSyntax::kLlama3, ToolSyntax::kMistral};
+  const ToolSyntax syntax = syntaxes[(data[1] >> 1) & 3];
+  const ReasoningSyntax reasoning = (data[1] & 8) != 0 ? ReasoningSyntax::kThink : ReasoningSyntax::kNone;
+  {
+    ChatOutputParser whole(syntax, reasoning, "w"), pieces(syntax, reasoning, "w");
+    ChatDelta a, b;
+    whole.push(raw, a);
+    whole.finish(a);
+    size_t at = 0;
+    while (at < raw.size()) {
+      const size_t cut = raw.find('\x1e', at);
+      const size_t end = cut == std::string_view::npos ? raw.size() : cut + 1;
+      pieces.push(raw.substr(at, end - at), b);
+      at = end;
+    }
+    pieces.finish(b);
+    if (a.reasoning != b.reasoning || a.content != b.content || a.calls.size() != b.calls.size()) {
+      pagoda::fuzz::fuzz_fail("chat output: streamed pieces differ from the whole reply");
+    }
+    for (size_t i = 0; i < a.calls.size(); ++i) {
+      if (a.calls[i].name != b.calls[i].name || a.calls[i].arguments != b.calls[i].arguments) {
+        pagoda::fuzz::fuzz_fail("chat output: a streamed call differs");
+      }
+      if (!nlohmann::json::parse(a.calls[i].arguments, nullptr, false).is_object()) {
+        pagoda::fuzz::fuzz_fail("chat output: call arguments are not a JSON object");
+      }
+    }
+  }
   ChatTemplate tmpl(family, "<s>", "</s>");
+  tmpl.set_syntax(syntax, reasoning);
   (void)tmpl.end_of_turn();
   auto text = tmpl.render(messages, add_generation_prompt);
   if (!text.is_ok()) return 0;

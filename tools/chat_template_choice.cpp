@@ -5,7 +5,8 @@
 namespace pagoda::tools {
 
 Result<model::ChatTemplate> choose_chat_template(const std::string& family_name, const std::string& jinja,
-                                                 const model::Tokenizer& tok, const Logger& logger) {
+                                                 const model::Tokenizer& tok, const Logger& logger,
+                                                 const std::string& tool_parser, const std::string& reasoning_parser) {
   std::optional<model::ChatFamily> family;
   if (!family_name.empty()) {
     family = model::chat_family_from_name(family_name);
@@ -22,9 +23,26 @@ Result<model::ChatTemplate> choose_chat_template(const std::string& family_name,
       family = model::ChatFamily::kChatML;
     }
   }
-  logger.info("chat template: " + std::string(model::chat_family_name(*family)));
   auto piece = [&](int32_t id) { return id >= 0 ? tok.token_to_piece(id, true) : std::string(); };
-  return model::ChatTemplate(*family, piece(tok.bos_id()), piece(tok.eos_id()));
+  model::ChatTemplate chat(*family, piece(tok.bos_id()), piece(tok.eos_id()));
+  const std::vector<int32_t> tool_calls = tok.encode("[TOOL_CALLS]", false, true);
+  const bool has_tool_calls_token = tool_calls.size() == 1 && piece(tool_calls[0]) == "[TOOL_CALLS]";
+  model::ToolSyntax tools = model::tool_syntax_for(*family, jinja, has_tool_calls_token);
+  if (!tool_parser.empty() && tool_parser != "auto") {
+    auto named = model::tool_syntax_from_name(tool_parser);
+    if (!named) return Status::invalid_argument("unknown --tool-parser '" + tool_parser + "' (auto, " + model::tool_syntax_names() + ")");
+    tools = *named;
+  }
+  model::ReasoningSyntax reasoning = model::reasoning_syntax_for(jinja);
+  if (!reasoning_parser.empty() && reasoning_parser != "auto") {
+    auto named = model::reasoning_syntax_from_name(reasoning_parser);
+    if (!named) return Status::invalid_argument("unknown --reasoning-parser '" + reasoning_parser + "' (auto, think, none)");
+    reasoning = *named;
+  }
+  chat.set_syntax(tools, reasoning);
+  logger.info("chat template: " + std::string(model::chat_family_name(*family)) + ", tool calls: " +
+              model::tool_syntax_name(tools) + ", reasoning: " + model::reasoning_syntax_name(reasoning));
+  return chat;
 }
 
 }  // namespace pagoda::tools

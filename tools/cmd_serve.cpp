@@ -40,6 +40,8 @@ struct ServeOptions {
   std::vector<std::string> api_keys;
   bool salt_per_api_key = false;
   std::string chat_template;  // family name; "" = from the model, else the fallback
+  std::string tool_parser;    // "" / auto: from the template
+  std::string reasoning_parser;
   std::string model_name;     // "" = the file stem, else general.name
   int64_t max_num_seqs = 0;            // 0: 64, at most the tokens per step
   int64_t max_num_batched_tokens = 0;  // 0: -b (the rows of one forward pass)
@@ -220,7 +222,8 @@ int serve(const ServeOptions& o, const Clock& clock, Logger& logger) {
   std::shared_ptr<const model::Tokenizer> tokenizer = std::move(loaded->tokenizer);
   const engine::Engine& eng = *loaded->engine;
   // The model's own template: GGUF tokenizer.chat_template, or tokenizer_config.json of an HF folder.
-  auto chat_template = choose_chat_template(o.chat_template, loaded->chat_template, *tokenizer, logger);
+  auto chat_template =
+      choose_chat_template(o.chat_template, loaded->chat_template, *tokenizer, logger, o.tool_parser, o.reasoning_parser);
   if (!chat_template.is_ok()) return fail(chat_template.status());
 
   server::ServerConfig config;
@@ -358,6 +361,10 @@ void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit
                 "separate the prefix cache of each API key (no cross-tenant prefix-timing side channel)");
   cmd->add_option("--chat-template", options->chat_template,
                   "chat template family: " + server::chat_family_names() + " (default: from the model, else chatml)");
+  cmd->add_option("--tool-parser", options->tool_parser,
+                  "tool-call syntax of replies: auto (from the chat template), hermes, llama3, mistral, none");
+  cmd->add_option("--reasoning-parser", options->reasoning_parser,
+                  "reasoning in replies: auto (think when the template has <think>), think, none");
   cmd->add_option("--model-name", options->model_name, "the model's name in the API (default: the file stem; the built-in model: its general.name)");
   cmd->add_option("--max-num-seqs", options->max_num_seqs,
                   "sequences per engine step (default 64, at most --max-num-batched-tokens; more is refused)")

@@ -40,11 +40,26 @@ bool read_prompt(const json& prompt, const model::Tokenizer& tok, RoutingRequest
   return first.is_array() && read_token_array(first, tok.vocab_size(), r.tokens);
 }
 
-bool read_messages(const json& messages, const model::Tokenizer& tok, const model::ChatTemplate& tmpl,
+// The chat as the worker renders it: messages, the offered tools (in the client's key order)
+// and enable_thinking. A forced call's opening (tool_choice) is left out: a few tokens at the end.
+bool read_messages(const json& j, std::string_view body, const model::Tokenizer& tok, const model::ChatTemplate& tmpl,
                    RoutingRequest& r) {
-  auto chat = model::chat_messages_from_json(messages);
+  auto chat = model::chat_messages_from_json(j.value("messages", json()));
   if (!chat.is_ok()) return false;
-  auto tokens = model::encode_chat(tok, tmpl, *chat);
+  model::ChatRenderOptions options;
+  std::vector<model::ChatTool> tools;
+  if (auto it = j.find("tools"); it != j.end() && it->is_array() && !it->empty()) {
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, false);
+    if (!ordered.is_object() || !ordered.contains("tools")) return false;
+    auto parsed = model::chat_tools_from_json(ordered["tools"]);
+    if (!parsed.is_ok()) return false;
+    tools = std::move(parsed).value();
+    options.tools = &tools;
+  }
+  if (auto it = j.find("chat_template_kwargs"); it != j.end() && it->is_object()) {
+    if (auto e = it->find("enable_thinking"); e != it->end() && e->is_boolean()) options.enable_thinking = e->get<bool>();
+  }
+  auto tokens = model::encode_chat(tok, tmpl, *chat, options);
   if (!tokens.is_ok()) return false;
   r.tokens = std::move(tokens).value();
   return true;
@@ -67,7 +82,7 @@ RoutingRequest read_routing_request(std::string_view body, bool chat, const mode
   if (auto it = j.find(max_key); it != j.end() && it->is_number_integer()) r.max_tokens = it->get<int64_t>();
   const int64_t n = j.value("n", json(1)).is_number_integer() ? j.value("n", int64_t{1}) : 1;
   if (auto it = j.find("cache_salt"); it != j.end() && it->is_string()) r.cache_salt = it->get<std::string>();
-  const bool ok = chat ? read_messages(j.value("messages", json()), tokenizer, chat_template, r)
+  const bool ok = chat ? read_messages(j, body, tokenizer, chat_template, r)
                        : read_prompt(j.value("prompt", json()), tokenizer, r);
   r.num_choices = std::max<int64_t>(1, n) * r.num_prompts;
   r.parsed = ok && !r.tokens.empty();

@@ -16,8 +16,34 @@ void abort_all(engine::ServingEngine& engine, const std::vector<engine::RequestI
 
 }  // namespace
 
+// tool_choice required / named: the reply starts inside a call, so a call it is (and, named,
+// that call): the opening of the template's call syntax ends the prompt. A think template
+// gets an empty think block first (no reasoning before a forced call).
+std::string HttpServer::forced_reply_start(const ApiRequest& api) const {
+  if (api.tool_choice != ToolChoice::kRequired && api.tool_choice != ToolChoice::kNamed) return "";
+  std::string out;
+  if (chat_template_.reasoning_syntax() == model::ReasoningSyntax::kThink && api.enable_thinking != false) {
+    out += "<think>\n\n</think>\n\n";
+  }
+  const bool named = api.tool_choice == ToolChoice::kNamed;
+  switch (chat_template_.tool_syntax()) {
+    case model::ToolSyntax::kHermes:
+      return out + "<tool_call>\n{\"name\": \"" + (named ? api.tool_choice_name + "\", \"arguments\": " : "");
+    case model::ToolSyntax::kLlama3:
+      return out + "{\"name\": \"" + (named ? api.tool_choice_name + "\", \"parameters\": " : "");
+    default: return out;  // refused in chat_prompt
+  }
+}
+
 Result<std::vector<int32_t>> HttpServer::chat_prompt(const ApiRequest& api) const {
-  return model::encode_chat(engine_.tokenizer(), chat_template_, api.messages);
+  if (!api.reasoning_effort.empty()) {
+    return Status::invalid_argument("reasoning_effort: this model's chat template takes none (Pagoda renders no harmony template)");
+  }
+  model::ChatRenderOptions options;
+  options.tools = &api.tools;
+  options.enable_thinking = api.enable_thinking;
+  options.assistant_prefix = forced_reply_start(api);
+  return model::encode_chat(engine_.tokenizer(), chat_template_, api.messages, options);
 }
 
 Result<std::vector<int32_t>> HttpServer::text_prompt(const PromptInput& p) const {

@@ -33,6 +33,19 @@ HttpServer::HttpServer(engine::ServingEngine& engine, ChatTemplate chat_template
       end_of_turn_stops_ = {eot};
     }
   }
+  // A control token that opens tool calls is rendered as "" by the detokenizer: the reply
+  // parser is told its text when the token comes (mistral [TOOL_CALLS], llama3 <|python_tag|>).
+  const model::ToolSyntax syntax = chat_template_.tool_syntax();
+  const std::string marker = syntax == model::ToolSyntax::kMistral ? "[TOOL_CALLS]"
+                             : syntax == model::ToolSyntax::kLlama3 ? "<|python_tag|>" : "";
+  if (!marker.empty()) {
+    const std::vector<int32_t> ids = engine_.tokenizer().encode(marker, false, true);
+    if (ids.size() == 1 && engine_.tokenizer().token_to_piece(ids[0], true) == marker &&
+        engine_.tokenizer().token_to_piece(ids[0]).empty()) {
+      marker_token_ = ids[0];
+      marker_text_ = marker;
+    }
+  }
   routes();
 }
 
@@ -122,6 +135,15 @@ ResponseMeta HttpServer::meta_for(const ApiRequest& api) {
   meta.chat = api.chat;
   meta.logprobs = api.logprobs;
   meta.include_usage = api.stream && api.include_usage;
+  if (api.chat) {
+    const bool calls = !api.tools.empty() && api.tool_choice != ToolChoice::kNone;
+    meta.tool_syntax = calls ? chat_template_.tool_syntax() : model::ToolSyntax::kNone;
+    meta.reasoning = chat_template_.reasoning_syntax();
+    meta.parallel_tool_calls = api.parallel_tool_calls;
+    meta.forced_prefix = forced_reply_start(api);
+    meta.marker_token = marker_token_;
+    meta.marker_text = marker_text_;
+  }
   return meta;
 }
 

@@ -143,6 +143,7 @@ class HttpServer {
   // Tokenized engine requests of an ApiRequest (one per prompt).
   Result<std::vector<engine::CompletionRequest>> engine_requests(const ApiRequest& api, const Caller& caller);
   Result<std::vector<int32_t>> chat_prompt(const ApiRequest& api) const;
+  std::string forced_reply_start(const ApiRequest& api) const;
   Result<std::vector<int32_t>> text_prompt(const PromptInput& prompt) const;
   // The engine's cache salt of a request (salted per key with salt_per_api_key).
   std::string cache_salt_for(const ApiRequest& api, const Caller& caller) const;
@@ -157,6 +158,8 @@ class HttpServer {
   ChatTemplate chat_template_;
   std::vector<int32_t> end_of_turn_ids_;       // chat: the template's end-of-turn token, if one
   std::vector<std::string> end_of_turn_stops_; // chat: else its text as a stop string
+  int32_t marker_token_ = -1;                  // a control token that opens tool calls, if one
+  std::string marker_text_;
   ServerConfig config_;
   const Logger& logger_;
   std::unique_ptr<http::HttpListener> listener_;  // the httplib server and its set-up

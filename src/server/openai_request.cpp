@@ -240,8 +240,8 @@ void read_common(FieldReader& r, const RequestLimits& limits, ApiRequest& req) {
   r.read_number("presence_penalty", -2, 2, req.sampling.presence_penalty);
   r.read_number("frequency_penalty", -2, 2, req.sampling.frequency_penalty);
   read_logit_bias(r, limits, req);
-  if (const json* tools = r.get("tools"); tools != nullptr && !(tools->is_array() && tools->empty())) {
-    r.fail("tools", "tool calls are not supported");
+  if (const json* tools = r.get("tools"); !req.chat && tools != nullptr && !(tools->is_array() && tools->empty())) {
+    r.fail("tools", "tools are a chat completions field (/v1/chat/completions)");
   }
   if (const json* format = r.get("response_format")) {
     const json* type = format->is_object() && format->contains("type") ? &(*format)["type"] : nullptr;
@@ -345,6 +345,60 @@ Result<ApiRequest> parse_completion_request(std::string_view body, const Request
   return req;
 }
 
+// tools, tool_choice, parallel_tool_calls, chat_template_kwargs, reasoning_effort (chat only).
+// `ordered` is the body parsed keeping its key order: templates print tool schemas as sent.
+void read_tools(FieldReader& r, const nlohmann::ordered_json& ordered, ApiRequest& req) {
+  if (r.get("tools") != nullptr) {
+    std::string field;
+    auto tools = model::chat_tools_from_json(ordered["tools"], &field);
+    if (!tools.is_ok()) {
+      const std::string& text = tools.status().message();
+      const std::string why = text.size() > field.size() + 2 ? text.substr(field.size() + 2) : text;
+      return r.fail(field, why);
+    }
+    req.tools = std::move(tools).value();
+  }
+  if (const json* choice = r.get("tool_choice")) {
+    if (choice->is_string()) {
+      const std::string c = choice->get<std::string>();
+      if (c == "auto") req.tool_choice = ToolChoice::kAuto;
+      else if (c == "none") req.tool_choice = ToolChoice::kNone;
+      else if (c == "required") req.tool_choice = ToolChoice::kRequired;
+      else return r.fail("tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    } else if (choice->is_object() && choice->value("type", std::string()) == "function" && choice->contains("function") &&
+               (*choice)["function"].is_object() && (*choice)["function"].contains("name") &&
+               (*choice)["function"]["name"].is_string()) {
+      req.tool_choice = ToolChoice::kNamed;
+      req.tool_choice_name = (*choice)["function"]["name"].get<std::string>();
+    } else {
+      return r.fail("tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if (req.tool_choice != ToolChoice::kAuto && req.tool_choice != ToolChoice::kNone && req.tools.empty()) {
+      return r.fail("tool_choice", "names a tool call but no tools are given");
+    }
+    if (req.tool_choice == ToolChoice::kNamed) {
+      bool found = false;
+      for (const model::ChatTool& t : req.tools) found = found || t.name == req.tool_choice_name;
+      if (!found) return r.fail("tool_choice", "'" + req.tool_choice_name + "' is not one of the tools");
+    }
+  }
+  r.read_bool("parallel_tool_calls", req.parallel_tool_calls);
+  if (const json* kwargs = r.get("chat_template_kwargs")) {
+    if (!kwargs->is_object()) return r.fail("chat_template_kwargs", "must be an object");
+    for (auto it = kwargs->begin(); it != kwargs->end(); ++it) {
+      if (it.key() == "enable_thinking" && it->is_boolean()) {
+        req.enable_thinking = it->get<bool>();
+      } else if (it.key() == "enable_thinking") {
+        return r.fail("chat_template_kwargs.enable_thinking", "must be a boolean");
+      } else {
+        // Templates are C++ here (model/text/chat_template.h): a variable they do not read would be ignored.
+        return r.fail("chat_template_kwargs." + it.key(), "is not a variable of Pagoda's templates (enable_thinking is)");
+      }
+    }
+  }
+  r.read_string("reasoning_effort", req.reasoning_effort);
+}
+
 Result<ApiRequest> parse_chat_request(std::string_view body, const RequestLimits& limits, std::string* param) {
   PAGODA_ASSIGN_OR_RETURN(json j, parse_object(body));
   ApiRequest req;
@@ -353,6 +407,12 @@ Result<ApiRequest> parse_chat_request(std::string_view body, const RequestLimits
   FieldReader r(j);
   read_common(r, limits, req);
   read_messages(r, req);
+  if (r.ok() && j.contains("tools")) {
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+    read_tools(r, ordered.is_object() ? ordered : nlohmann::ordered_json::object(), req);
+  } else {
+    read_tools(r, nlohmann::ordered_json::object(), req);
+  }
   read_max_tokens(r, "max_tokens", limits, req);
   read_max_tokens(r, "max_completion_tokens", limits, req);  // the newer name wins
   bool logprobs = false;

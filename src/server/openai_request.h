@@ -22,6 +22,7 @@
 #include "engine/sampler.h"
 #include "kvcache/kv_select.h"
 #include "model/text/chat_template.h"
+#include "model/text/chat_tools.h"
 
 namespace pagoda::server {
 
@@ -41,11 +42,21 @@ struct PromptInput {
   std::vector<int32_t> tokens;
 };
 
+// tool_choice: auto (the model decides), none (no calls parsed; tools still listed in the
+// prompt, as OpenAI), required (a call is forced), a named function (that call is forced).
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
+
 struct ApiRequest {
   bool chat = false;
   std::string model;                    // "" when omitted
   std::vector<PromptInput> prompts;     // completions: one or more (choices per prompt)
   std::vector<ChatMessage> messages;    // chat
+  std::vector<model::ChatTool> tools;   // chat: offered tools (model/text/chat_tools.h)
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;         // kNamed: one of tools
+  bool parallel_tool_calls = true;      // false: only a reply's first call is returned
+  std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking
+  std::string reasoning_effort;         // "" when not given (no template here takes one)
   int64_t max_tokens = 16;              // per choice
   bool max_tokens_given = false;
   engine::SamplingParams sampling;      // OpenAI defaults; seed valid when has_seed

@@ -13,6 +13,18 @@ const char* finish_reason_text(engine::FinishReason reason) {
   return "stop";
 }
 
+// OpenAI's tool_calls array; streamed deltas carry each call's index in the reply.
+json tool_calls_json(std::span<const model::ChatToolCall> calls, size_t first_index, bool with_index) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json call = {{"id", calls[i].id}, {"type", "function"},
+                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (with_index) call["index"] = first_index + i;
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 json usage_json(const engine::RequestUsage& usage) {
   json details = {{"cached_tokens", usage.cached_tokens}};
   if (usage.num_cached_sources > 0) {  // extension: where the cached tokens came from
@@ -31,7 +43,17 @@ json usage_json(const engine::RequestUsage& usage) {
 
 ResponseBuilder::ResponseBuilder(ResponseMeta meta, int num_choices, const model::Tokenizer& tokenizer)
     : meta_(std::move(meta)), tokenizer_(&tokenizer), choices_(static_cast<size_t>(num_choices)) {
-  for (Choice& c : choices_) {
+  const bool parsed = meta_.chat && (meta_.tool_syntax != model::ToolSyntax::kNone || meta_.reasoning != model::ReasoningSyntax::kNone);
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    if (parsed) {
+      // Call ids: the response id's tail and the choice, so they are unique within the reply.
+      const std::string tail = meta_.id.size() > 8 ? meta_.id.substr(meta_.id.size() - 8) : meta_.id;
+      c.parser = std::make_unique<model::ChatOutputParser>(meta_.tool_syntax, meta_.reasoning, tail + "_" + std::to_string(i));
+      model::ChatDelta primed;  // the forced start is the model's text, never shown again
+      c.parser->push(meta_.forced_prefix, primed);
+    }
+    if (meta_.logprobs < 0) continue;
     if (meta_.logprobs < 0) continue;
     c.logprobs = meta_.chat ? json{{"content", json::array()}}
                             : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
@@ -74,9 +96,48 @@ json ResponseBuilder::logprobs_of(Choice& choice, const ChoiceEvent& event) cons
   return out;
 }
 
+void ResponseBuilder::parse(Choice& c, const ChoiceEvent& event, model::ChatDelta& delta) {
+  size_t released = 0;  // event.text is its tokens' texts, then (at the end) the held-back rest
+  for (const engine::TokenEvent& t : event.tokens) {
+    const bool before = c.parser->in_reasoning();
+    if (meta_.marker_token >= 0 && t.token == meta_.marker_token) c.parser->push(meta_.marker_text, delta);
+    c.parser->push(t.text, delta);
+    released += t.text.size();
+    if (before || c.parser->in_reasoning()) ++c.reasoning_tokens;
+  }
+  if (released < event.text.size()) c.parser->push(std::string_view(event.text).substr(released), delta);
+  if (event.end) c.parser->finish(delta);
+}
+
+void ResponseBuilder::keep_calls(Choice& c, std::vector<model::ChatToolCall>& calls) const {
+  for (model::ChatToolCall& call : calls) {
+    if (!meta_.parallel_tool_calls && !c.calls.empty()) break;
+    c.calls.push_back(std::move(call));
+  }
+}
+
+const char* ResponseBuilder::finish_text(const Choice& c, engine::FinishReason reason) const {
+  if (reason == engine::FinishReason::kStop && !c.calls.empty()) return "tool_calls";
+  return finish_reason_text(reason);
+}
+
+int64_t ResponseBuilder::reasoning_tokens() const {
+  int64_t n = 0;
+  for (const Choice& c : choices_) n += c.reasoning_tokens;
+  return n;
+}
+
 void ResponseBuilder::add(const ChoiceEvent& event) {
   Choice& c = choices_.at(static_cast<size_t>(event.choice));
-  c.text += event.text;
+  if (c.parser) {
+    model::ChatDelta delta;
+    parse(c, event, delta);
+    c.text += delta.content;
+    c.reasoning += delta.reasoning;
+    keep_calls(c, delta.calls);
+  } else {
+    c.text += event.text;
+  }
   if (event.end) c.reason = event.reason;
   if (meta_.logprobs < 0 || event.tokens.empty()) return;
   json lp = logprobs_of(c, event);
@@ -90,9 +151,14 @@ std::string ResponseBuilder::body(const engine::RequestUsage& usage) const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     json choice = {{"index", i}, {"logprobs", c.logprobs.is_null() ? json(nullptr) : c.logprobs},
-                   {"finish_reason", c.reason ? json(finish_reason_text(*c.reason)) : json(nullptr)}};
+                   {"finish_reason", c.reason ? json(finish_text(c, *c.reason)) : json(nullptr)}};
     if (meta_.chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      json message = {{"role", "assistant"}, {"content", c.text.empty() && !c.calls.empty() ? json(nullptr) : json(c.text)}};
+      if (meta_.reasoning != model::ReasoningSyntax::kNone) {
+        message["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
+      }
+      if (!c.calls.empty()) message["tool_calls"] = tool_calls_json(c.calls, 0, /*with_index=*/false);
+      choice["message"] = std::move(message);
     } else {
       choice["text"] = c.text;
     }
@@ -101,6 +167,9 @@ std::string ResponseBuilder::body(const engine::RequestUsage& usage) const {
   json body = {{"id", meta_.id}, {"object", meta_.chat ? "chat.completion" : "text_completion"},
                {"created", meta_.created}, {"model", meta_.model}, {"choices", choices},
                {"usage", usage_json(usage)}};
+  if (meta_.reasoning != model::ReasoningSyntax::kNone) {
+    body["usage"]["completion_tokens_details"] = {{"reasoning_tokens", reasoning_tokens()}};
+  }
   return dump(body);
 }
 
@@ -122,11 +191,26 @@ std::string ResponseBuilder::chunk(const ChoiceEvent& event) {
                                      {"logprobs", nullptr}, {"finish_reason", nullptr}}});
     out += "data: " + dump(first) + "\n\n";
   }
-  if (event.text.empty() && !wants_logprobs && !event.end) return out;
+  json delta_json = json::object();
+  if (c.parser) {
+    model::ChatDelta delta;
+    parse(c, event, delta);
+    const size_t first_call = c.calls.size();
+    keep_calls(c, delta.calls);
+    if (!delta.reasoning.empty()) delta_json["reasoning_content"] = delta.reasoning;
+    if (!delta.content.empty()) delta_json["content"] = delta.content;
+    if (c.calls.size() > first_call) {
+      delta_json["tool_calls"] = tool_calls_json(std::span(c.calls).subspan(first_call), first_call, /*with_index=*/true);
+    }
+    if (delta_json.empty() && !wants_logprobs && !event.end) return out;
+  } else {
+    if (event.text.empty() && !wants_logprobs && !event.end) return out;
+    if (!event.text.empty()) delta_json["content"] = event.text;
+  }
   json choice = {{"index", event.choice}, {"logprobs", wants_logprobs ? logprobs_of(c, event) : json(nullptr)},
-                 {"finish_reason", event.end ? json(finish_reason_text(event.reason)) : json(nullptr)}};
+                 {"finish_reason", event.end ? json(finish_text(c, event.reason)) : json(nullptr)}};
   if (meta_.chat) {
-    choice["delta"] = event.text.empty() ? json::object() : json{{"content", event.text}};
+    choice["delta"] = std::move(delta_json);
   } else {
     choice["text"] = event.text;
   }
@@ -140,6 +224,9 @@ std::string ResponseBuilder::usage_chunk(const engine::RequestUsage& usage) cons
   json chunk = chunk_object();
   chunk["choices"] = json::array();
   chunk["usage"] = usage_json(usage);
+  if (meta_.reasoning != model::ReasoningSyntax::kNone) {
+    chunk["usage"]["completion_tokens_details"] = {{"reasoning_tokens", reasoning_tokens()}};
+  }
   return "data: " + dump(chunk) + "\n\n";
 }
 

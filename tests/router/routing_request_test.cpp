@@ -34,6 +34,25 @@ class RoutingRequestTest : public ::testing::Test {
 };
 model::Tokenizer* RoutingRequestTest::tokenizer_ = nullptr;
 
+// Tools are part of the prompt (in the client's key order), as the worker renders them.
+TEST_F(RoutingRequestTest, ChatsWithToolsRenderTheTools) {
+  model::ChatTemplate hermes(model::ChatFamily::kChatML, "<s>", "</s>");
+  hermes.set_syntax(model::ToolSyntax::kHermes, model::ReasoningSyntax::kNone);
+  const std::string tools = R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])";
+  const RoutingRequest r = read_routing_request(R"({"messages":[{"role":"user","content":"Hi"}],"tools":)" + tools + "}", true,
+                                                *tokenizer_, hermes, "");
+  ASSERT_TRUE(r.parsed);
+  auto offered = model::chat_tools_from_json(nlohmann::ordered_json::parse(tools));
+  ASSERT_TRUE(offered.is_ok());
+  model::ChatRenderOptions options;
+  options.tools = &*offered;
+  auto expected = model::encode_chat(*tokenizer_, hermes, {{"user", "Hi", {}, {}}}, options);
+  ASSERT_TRUE(expected.is_ok());
+  EXPECT_EQ(r.tokens, *expected);
+  auto without = model::encode_chat(*tokenizer_, hermes, {{"user", "Hi", {}, {}}});
+  EXPECT_NE(r.tokens, *without);
+}
+
 TEST_F(RoutingRequestTest, CompletionPromptsAsTheServerTokenizesThem) {
   const RoutingRequest r = read(R"({"prompt":"Once upon a time","max_tokens":7,"stream":true,"n":2})", false);
   ASSERT_TRUE(r.parsed);

@@ -5,6 +5,7 @@
 // kLength after max_tokens. With logprobs, the chosen token gets -0.5 and the top entries are
 // ids token+1.. with logprobs -1, -2, ...
 //
+// script_reply(tokens): every choice emits these tokens instead, then ends with kStop.
 // Test hooks: pause() keeps the loop from stepping (requests stay queued: queue-full and
 // disconnect tests); submitted() and aborted() record what the server asked for. Prefix
 // caching is modelled too: a prompt submitted before with the same cache_salt reports all but
@@ -108,6 +109,10 @@ class FakeServingEngine final : public engine::ServingEngine {
   const model::Tokenizer& tokenizer() const override { return *tokenizer_; }
   void check_integrity() override {}
 
+  void script_reply(std::vector<int32_t> reply) {
+    std::lock_guard lock(mutex_);
+    reply_ = std::move(reply);
+  }
   void pause(bool paused) {
     std::lock_guard lock(mutex_);
     paused_ = paused;
@@ -162,6 +167,7 @@ class FakeServingEngine final : public engine::ServingEngine {
   std::vector<engine::RequestId> aborted_;
   engine::ServingMetrics metrics_;
   engine::RequestId next_id_ = 1;
+  std::vector<int32_t> reply_;  // script_reply
   bool paused_ = false, refusing_ = false, stop_ = false;
   std::thread loop_;
 };
@@ -192,7 +198,13 @@ inline bool FakeServingEngine::step() {
         Choice& ch = a.choices[static_cast<size_t>(c)];
         if (ch.done) continue;
         const auto& prompt = a.request.prompt;
-        const int32_t token = prompt[static_cast<size_t>((ch.produced + c) % static_cast<int64_t>(prompt.size()))];
+        if (!reply_.empty() && ch.produced == static_cast<int64_t>(reply_.size())) {
+          ch.done = true;
+          o.ends.push_back({c, engine::FinishReason::kStop, ch.decoder.flush()});
+          continue;
+        }
+        const int32_t token = !reply_.empty() ? reply_[static_cast<size_t>(ch.produced)]
+                                              : prompt[static_cast<size_t>((ch.produced + c) % static_cast<int64_t>(prompt.size()))];
         const auto& stops = a.request.stop_token_ids;
         if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
           ch.done = true;

@@ -141,7 +141,8 @@ TEST(OpenAiRequest, UnsupportedFeaturesAreErrorsNotSilence) {
   EXPECT_EQ(bad_param(R"({"prompt": "a", "echo": true})"), "echo");
   EXPECT_EQ(bad_param(R"({"prompt": "a", "suffix": "end"})"), "suffix");
   EXPECT_EQ(bad_param(R"({"prompt": "a", "best_of": 3})"), "best_of");
-  EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})", true), "tools");
+  EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})", true), "tools[0].type");
+  EXPECT_EQ(bad_param(R"({"prompt": "x", "tools": [{}]})"), "tools");  // a chat field
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", true),
             "response_format");
   // Found by fuzz/openai_request: a non-string "type" threw out of the parser.
@@ -198,7 +199,9 @@ TEST(OpenAiRequest, ChatMessagesAndFields) {
   EXPECT_EQ(bad_param(R"({"messages": "hi"})", true), "messages");
   EXPECT_EQ(bad_param(R"({})", true), "messages");
   EXPECT_EQ(bad_param(R"({"messages": [{"content": "x"}]})", true), "messages[0].role");
-  EXPECT_EQ(bad_param(R"({"messages": [{"role": "tool", "content": "x"}]})", true), "messages[0].role");
+  EXPECT_EQ(bad_param(R"({"messages": [{"role": "function", "content": "x"}]})", true), "messages[0].role");
+  EXPECT_EQ(bad_param(R"({"messages": [{"role": "tool"}]})", true), "messages[0].content");
+  EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})", true), "messages[0].tool_calls");
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user"}]})", true), "messages[0].content");
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": 5}]})", true), "messages[0].content");
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true),

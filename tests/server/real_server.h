@@ -108,7 +108,9 @@ class RealServerTest : public ::testing::Test {
     sc.kv_events = publisher_.get();
     sc.instance_id = "test-instance";
     configure(sc);
-    server_ = std::make_unique<server::HttpServer>(*serving_, server::ChatTemplate(chat_family(), "<s>", "</s>"), sc, logger_);
+    server::ChatTemplate chat(chat_family(), "<s>", "</s>");
+    chat.set_syntax(model::tool_syntax_for(chat_family(), "", false), model::ReasoningSyntax::kNone);  // as `pagoda serve`
+    server_ = std::make_unique<server::HttpServer>(*serving_, std::move(chat), sc, logger_);
     auto port = server_->bind();
     ASSERT_TRUE(port.is_ok()) << port.status().message();
     port_ = *port;

@@ -81,17 +81,19 @@ class ServerTest : public ::testing::Test {
   void start(server::ServerConfig config = {}, size_t max_waiting = 8,
              server::ChatFamily family = server::ChatFamily::kChatML) {
     tokenizer_ = stories_tokenizer();
-    engine_ = std::make_unique<FakeServingEngine>(tokenizer_, kContext, max_waiting);
+    engine_ = std::make_unique<FakeServingEngine>(tokenizer_, context_, max_waiting);
     engine_->start();
     config.host = "127.0.0.1";
     config.port = 0;
     config.model_name = "stories260K";
     config.limits.vocab_size = tokenizer_->vocab_size();
-    config.limits.max_context = kContext;
+    config.limits.max_context = context_;
     config.limits.max_choices = 8;
     config.poll_interval_s = 0.01;
     config.unix_time = [] { return int64_t{1700000000}; };
-    server_ = std::make_unique<server::HttpServer>(*engine_, server::ChatTemplate(family, "<s>", "</s>"), config, logger_);
+    server::ChatTemplate chat(family, "<s>", "</s>");
+    chat.set_syntax(tool_syntax_, reasoning_syntax_);
+    server_ = std::make_unique<server::HttpServer>(*engine_, std::move(chat), config, logger_);
     auto port = server_->bind();
     ASSERT_TRUE(port.is_ok()) << port.status().message();
     port_ = *port;
@@ -111,6 +113,10 @@ class ServerTest : public ::testing::Test {
   }
   std::string decode(const std::vector<int32_t>& ids) const { return tokenizer_->decode(ids); }
 
+  // Set before start(): the context, and the chat template's tool and reasoning syntaxes.
+  int64_t context_ = kContext;
+  model::ToolSyntax tool_syntax_ = model::ToolSyntax::kNone;
+  model::ReasoningSyntax reasoning_syntax_ = model::ReasoningSyntax::kNone;
   Logger logger_{LogLevel::kWarn, stderr};
   std::shared_ptr<const model::Tokenizer> tokenizer_;
   std::unique_ptr<FakeServingEngine> engine_;

@@ -1,8 +1,11 @@
 // OpenAI's chat "messages" (JSON) -> ChatMessages, the one reading every front uses (the server
 // validates and renders them; the router renders them to find the worker that caches the
 // prompt, so both must read the same conversation):
-//   role: system | developer (read as system) | user | assistant
-//   content: "text" | [{"type": "text", "text": "..."}, ...] (parts joined) | null (assistant only)
+//   role: system | developer (read as system) | user | assistant | tool
+//   content: "text" | [{"type": "text", "text": "..."}, ...] (parts joined) | null (assistant
+//            with tool_calls only)
+//   assistant tool_calls: [{"id", "type": "function", "function": {"name", "arguments": "<JSON
+//            object as text>"}}]; tool: tool_call_id
 #pragma once
 
 #include <string>

@@ -41,7 +41,7 @@ Status split_alternating(const std::vector<ChatMessage>& messages, const ChatMes
   for (size_t i = first; i < messages.size(); ++i) {
     const bool want_user = (i - first) % 2 == 0;
     const std::string& role = messages[i].role;
-    if (role != "user" && role != "assistant") {
+    if (role != "user" && role != "assistant") {  // "tool" included: these families have no tool syntax
       return Status::invalid_argument("messages[" + std::to_string(i) + "]: role '" + role +
                                       "' is not supported here (only a first system message, then user/assistant)");
     }
@@ -102,8 +102,51 @@ std::string ChatTemplate::end_of_turn() const {
   return eos_;
 }
 
-Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+ToolSyntax tool_syntax_for(ChatFamily family, std::string_view jinja, bool vocab_has_tool_calls_token) {
+  switch (family) {
+    case ChatFamily::kChatML: return jinja.empty() || contains(jinja, "<tool_call>") ? ToolSyntax::kHermes : ToolSyntax::kNone;
+    case ChatFamily::kLlama3: return ToolSyntax::kLlama3;
+    case ChatFamily::kMistral: return vocab_has_tool_calls_token ? ToolSyntax::kMistral : ToolSyntax::kNone;
+    default: return ToolSyntax::kNone;
+  }
+}
+
+ReasoningSyntax reasoning_syntax_for(std::string_view jinja) {
+  return contains(jinja, "<think>") && contains(jinja, "</think>") ? ReasoningSyntax::kThink : ReasoningSyntax::kNone;
+}
+
+Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                         const ChatRenderOptions& options) const {
   if (messages.empty()) return Status::invalid_argument("messages: must hold at least one message");
+  const bool with_tools = options.tools != nullptr && !options.tools->empty();
+  bool tool_messages = false;
+  for (const ChatMessage& m : messages) tool_messages = tool_messages || m.role == "tool" || !m.tool_calls.empty();
+  if (options.enable_thinking.has_value() && reasoning_syntax_ == ReasoningSyntax::kNone) {
+    return Status::invalid_argument("chat_template_kwargs.enable_thinking: this model's chat template does not think");
+  }
+  std::string out;
+  if (with_tools || tool_messages) {
+    if (tool_syntax_ == ToolSyntax::kHermes && family_ == ChatFamily::kChatML) {
+      PAGODA_ASSIGN_OR_RETURN(out, render_hermes(messages, add_generation_prompt, options));
+    } else if (tool_syntax_ == ToolSyntax::kLlama3 && family_ == ChatFamily::kLlama3) {
+      PAGODA_ASSIGN_OR_RETURN(out, render_llama3_tools(messages, add_generation_prompt, options));
+    } else {
+      return Status::invalid_argument(std::string(with_tools ? "tools" : "messages") + ": this model's chat template (" +
+                                      chat_family_name(family_) + ", tool syntax " + tool_syntax_name(tool_syntax_) +
+                                      ") has no tool calling Pagoda renders (hermes on chatml, llama3 on llama3; "
+                                      "--tool-parser picks the syntax)");
+    }
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(out, render_plain(messages, add_generation_prompt));
+  }
+  if (add_generation_prompt && reasoning_syntax_ == ReasoningSyntax::kThink && options.enable_thinking == false) {
+    out += "<think>\n\n</think>\n\n";  // Qwen 3: thinking off is an empty think block
+  }
+  if (add_generation_prompt) out += options.assistant_prefix;
+  return out;
+}
+
+Result<std::string> ChatTemplate::render_plain(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
   std::string out;
   switch (family_) {
     case ChatFamily::kLlama2: return render_llama2(messages);

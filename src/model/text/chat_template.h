@@ -27,14 +27,24 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/text/chat_tools.h"
 
 namespace pagoda::model {
 
 enum class ChatFamily { kLlama2, kLlama3, kChatML, kMistral, kZephyr, kGemma };
 
 struct ChatMessage {
-  std::string role;     // "system", "user", "assistant" (others are rejected by the parser)
+  std::string role;     // "system", "user", "assistant", "tool" (others are rejected by the parser)
   std::string content;
+  std::vector<ChatToolCall> tool_calls;  // assistant: the calls it made
+  std::string tool_call_id;              // tool: the call this result answers
+};
+
+// What a request adds to the conversation when rendering.
+struct ChatRenderOptions {
+  const std::vector<ChatTool>* tools = nullptr;  // offered tools (null or empty: none)
+  std::optional<bool> enable_thinking;           // chat_template_kwargs.enable_thinking
+  std::string assistant_prefix;                  // after the generation prompt: the reply's forced start
 };
 
 const char* chat_family_name(ChatFamily family);
@@ -43,6 +53,11 @@ std::string chat_family_names();  // "llama2, llama3, chatml, mistral, zephyr, g
 
 // The family of a Jinja template string; nullopt when it is empty or matches none.
 std::optional<ChatFamily> detect_chat_template(std::string_view jinja);
+// The tool-call syntax of a family (chat_tools.h): chatml -> hermes when its Jinja text (if
+// any) mentions <tool_call>; llama3 -> llama3; mistral -> mistral when the vocabulary has a
+// [TOOL_CALLS] token; else none. Reasoning: think when the Jinja text has <think> and </think>.
+ToolSyntax tool_syntax_for(ChatFamily family, std::string_view jinja, bool vocab_has_tool_calls_token);
+ReasoningSyntax reasoning_syntax_for(std::string_view jinja);
 
 class ChatTemplate {
  public:
@@ -52,18 +67,39 @@ class ChatTemplate {
 
   // Errors (invalid_argument): no messages; roles out of order where the family requires
   // alternation (llama2, mistral, gemma: user/assistant alternate after an optional system).
-  Result<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
+  // With options.tools (non-empty): the tools and the calls and results in the conversation
+  // are rendered as the template's syntax writes them (tool_syntax(); hermes as Qwen 3's
+  // template, llama3 as Llama 3.1's with the tools in the first user message); an error for a
+  // syntax with no rendering. Messages with tool calls or tool results need a syntax too.
+  // enable_thinking false: a think template's generation prompt gets an empty think block
+  // (Qwen 3's template).
+  Result<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
+                             const ChatRenderOptions& options = {}) const;
+  void set_syntax(ToolSyntax tools, ReasoningSyntax reasoning) {
+    tool_syntax_ = tools;
+    reasoning_syntax_ = reasoning;
+  }
+  ToolSyntax tool_syntax() const { return tool_syntax_; }
+  ReasoningSyntax reasoning_syntax() const { return reasoning_syntax_; }
 
   ChatFamily family() const { return family_; }
   // The text that closes an assistant turn ("</s>", "<|eot_id|>", "<|im_end|>", ...).
   std::string end_of_turn() const;
 
  private:
+  Result<std::string> render_plain(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
   Result<std::string> render_llama2(const std::vector<ChatMessage>& messages) const;
   Result<std::string> render_mistral(const std::vector<ChatMessage>& messages) const;
   Result<std::string> render_gemma(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
+  Result<std::string> render_hermes(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                    const ChatRenderOptions& options) const;
+  Result<std::string> render_llama3_tools(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                          const ChatRenderOptions& options) const;
+
   ChatFamily family_;
+  ToolSyntax tool_syntax_ = ToolSyntax::kNone;
+  ReasoningSyntax reasoning_syntax_ = ReasoningSyntax::kNone;
   std::string bos_;
   std::string eos_;
 };

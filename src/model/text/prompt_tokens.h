@@ -25,6 +25,6 @@ inline constexpr std::string_view kTokenizerProbe =
 
 // Errors: the template's (invalid_argument: no messages, roles out of order).
 Result<std::vector<int32_t>> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
-                                         const std::vector<ChatMessage>& messages);
+                                         const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {});
 
 }  // namespace pagoda::model

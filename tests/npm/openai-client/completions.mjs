@@ -80,6 +80,47 @@ check(Array.isArray(content) && content.length === 4, "chat logprobs: one entry 
 check(content.every((t) => t.logprob <= 0 && t.top_logprobs.length === 2), "chat logprobs: values and top 2");
 check(content.every((t) => t.top_logprobs[0].logprob >= t.logprob - 1e-4), "greedy token is the most likely");
 
+// Sampling controls: a +100 logit_bias forces its token under greedy decoding; penalties are accepted.
+const forcedToken = 300;
+const biased = await client.completions.create({
+  model, prompt: [1, 403, 407], max_tokens: 4, temperature: 0, logit_bias: { [forcedToken]: 100 },
+  presence_penalty: 0.5, frequency_penalty: 0.5, logprobs: 1,
+});
+check(biased.choices[0].logprobs.tokens.length === 4, "biased: 4 tokens");
+const forcedText = biased.choices[0].logprobs.tokens[0];
+check(biased.choices[0].logprobs.tokens.every((t) => t === forcedText), `logit_bias +100 forces one token: ${biased.choices[0].logprobs.tokens}`);
+
+// An agent loop's shape with the client's own types: tools offered with a forced call, then the
+// call and its result sent back. The built-in model's chat template is chatml, so calls are
+// hermes-style; a random small model's arguments rarely parse, so either a tool call or text
+// comes back, both well-formed.
+// (Short: the tools' instructions alone are ~300 of the built-in model's 512-token context.)
+const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object" } } }];
+const call = await client.chat.completions.create({
+  model, messages: [{ role: "user", content: "Paris?" }], tools, max_tokens: 12, temperature: 0,
+  tool_choice: { type: "function", function: { name: "get_weather" } },
+});
+const callChoice = call.choices[0];
+check(["tool_calls", "stop", "length"].includes(callChoice.finish_reason), `tool call finish_reason ${callChoice.finish_reason}`);
+check(callChoice.finish_reason !== "tool_calls" || callChoice.message.tool_calls[0].function.name === "get_weather",
+      "a returned call is the named one");
+const loop = await client.chat.completions.create({  // (no tools listed again: the context is short)
+  model, max_tokens: 4, temperature: 0,
+  messages: [
+    { role: "user", content: "Paris?" },
+    { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function",
+      function: { name: "get_weather", arguments: JSON.stringify({ city: "Paris" }) } }] },
+    { role: "tool", tool_call_id: "call_1", content: "sunny" },
+  ],
+});
+check(loop.choices.length === 1 && loop.usage.prompt_tokens > 30, "the tool result round trip is accepted and rendered");
+try {
+  await client.chat.completions.create({ model, messages, max_tokens: 1, tools, tool_choice: { type: "function", function: { name: "nope" } } });
+  check(false, "an unknown tool_choice must fail");
+} catch (e) {
+  check(e instanceof OpenAI.BadRequestError && e.param === "tool_choice", `unknown tool_choice: 400, got ${e.status} ${e.param}`);
+}
+
 // Errors surface as the client's typed errors.
 try {
   await client.completions.create({ model: "no-such-model", prompt: "x", max_tokens: 1 });
