@@ -5,6 +5,7 @@
 #   server/http/ (the HTTP plumbing of server and router) < core only.
 #   kvcache < capi (libpagoda_kv.so, with include/pagoda/kv_cache.h).
 #   {engine, router, kvcache} < sim (trace replay: never server or sockets) < tools.
+#   core < structured (grammars, token masks: never requests, HTTP or the engine) < server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 allowed() {  # module -> modules it may include
@@ -15,7 +16,8 @@ allowed() {  # module -> modules it may include
     kvcache) echo "core kernels kvcache" ;;
     store|transfer|events) echo "core kernels kvcache $1" ;;
     engine) echo "core kernels model kvcache transfer events engine" ;;
-    server) echo "core kernels model kvcache transfer events engine server" ;;
+    server) echo "core kernels model kvcache transfer events engine structured server" ;;
+    structured) echo "core structured" ;;
     router) echo "core kernels model kvcache events router server/http" ;;
     capi) echo "core kernels kvcache capi pagoda" ;;  # pagoda/: the public C header (include/)
     sim) echo "core kernels model kvcache transfer events engine router sim" ;;

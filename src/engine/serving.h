@@ -57,6 +57,7 @@
 #include "core/status.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/token_constraint.h"
 #include "engine/scheduler.h"
 #include "model/text/tokenizer.h"
 
@@ -95,6 +96,9 @@ struct CompletionRequest {
   // Attention-score KV selection (H2O/SnapKV, kvcache/kv_select.h) for this request; nullopt:
   // the engine's default (EngineConfig::kv_select, `--kv-select`); method off: none.
   std::optional<kvcache::KvSelectParams> kv_select;
+  // Constrained decoding (engine/token_constraint.h): each choice decodes under a clone of it,
+  // masked before its sampler. null: unconstrained.
+  std::shared_ptr<const TokenConstraint> constraint;
   // P/D disaggregation (engine/pd_coordinator.h). park_kv: when the request ends normally
   // (n 1, not windowed or selecting) its block-manager sequence is kept, every block of its KV
   // (the partly filled last one included), for with_parked(id) to take. adopt_kv >= 0: a

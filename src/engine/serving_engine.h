@@ -80,6 +80,7 @@ class ServingEngineImpl final : public ServingEngine, public KvIntrospector, pub
     int index = 0;
     SchedSeqId seq = -1;          // -1 before the fork (index > 0) and after the end
     Sampler sampler;              // its RNG state survives preemption
+    std::unique_ptr<TokenConstraint> constraint;  // a clone of the request's, if any
     std::optional<TextStream> text;
     int64_t num_generated = 0;
     int64_t last_token_ns = 0;

@@ -84,6 +84,7 @@ void ServingEngineImpl::admit_new(Submitted& s) {
     SamplingParams p = r->req.sampling;
     p.seed = r->req.sampling.seed + static_cast<uint64_t>(i);
     r->choices.emplace_back(i, p, n_vocab_);
+    if (r->req.constraint) r->choices.back().constraint = r->req.constraint->clone();
     // The text continues the prompt: a completion's first piece keeps its space (" shining"
     // after "The sun was"), as decoding prompt + completion together gives.
     r->choices.back().text.emplace(*tokenizer_, r->req.stop, r->req.prompt.empty() ? -1 : r->req.prompt.back());
@@ -127,6 +128,13 @@ void ServingEngineImpl::fork_choices(Request& r) {
 void ServingEngineImpl::sample_choice(Request& r, Choice& c, const float* logits, int64_t now) {
   SchedSequence& seq = scheduler_.get(c.seq);
   std::copy(logits, logits + n_vocab_, row_.begin());  // the sampler's penalty edits its row
+  if (c.constraint) {
+    c.constraint->mask(row_);
+    if (c.constraint->dead()) {
+      end_choice(r, c, FinishReason::kStop);  // nothing allowed: end rather than sample from nothing
+      return;
+    }
+  }
   // The completion so far is the tail of seq.tokens (each sampled token is pushed below).
   const std::span<const int32_t> generated =
       std::span<const int32_t>(seq.tokens).last(static_cast<size_t>(c.num_generated));
@@ -159,7 +167,8 @@ void ServingEngineImpl::sample_choice(Request& r, Choice& c, const float* logits
     ev.chosen = {token, logprobs_.chosen};
     for (size_t i = 0; i < logprobs_.top_ids.size(); ++i) ev.top.push_back({logprobs_.top_ids[i], logprobs_.top_logprobs[i]});
   }
-  if (c.text->push(token, ev.text)) {
+  if (c.constraint) c.constraint->accept(token);
+  if (c.text->push(token, ev.text) || (c.constraint && c.constraint->finished())) {
     end_choice(r, c, FinishReason::kStop);
   } else if (c.num_generated >= r.max_tokens) {
     end_choice(r, c, FinishReason::kLength);

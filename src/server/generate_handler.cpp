@@ -2,7 +2,9 @@
 #include <httplib.h>
 
 #include "model/text/prompt_tokens.h"
+#include "server/grammar_constraint.h"
 #include "server/http/auth.h"
+#include "structured/json_schema.h"
 #include "server/http/connection.h"
 #include "server/http_server.h"
 
@@ -51,6 +53,35 @@ Result<std::vector<int32_t>> HttpServer::text_prompt(const PromptInput& p) const
   return model::encode_prompt(engine_.tokenizer(), p.text);
 }
 
+// The grammar of a json_object / json_schema reply, compiled once per schema text and shared by
+// every request that sends it (with its mask cache); the vocabulary trie is built on first use.
+Result<std::shared_ptr<structured::CompiledGrammar>> HttpServer::reply_grammar(const ApiRequest& api) {
+  std::shared_ptr<const structured::TokenIndex> index;
+  {
+    std::lock_guard lock(token_index_mutex_);
+    if (!token_index_) {
+      const model::Tokenizer& tok = engine_.tokenizer();
+      std::vector<std::string> pieces(static_cast<size_t>(tok.vocab_size()));
+      for (int32_t t = 0; t < tok.vocab_size(); ++t) pieces[static_cast<size_t>(t)] = tok.token_to_piece(t);
+      token_index_ = std::make_shared<const structured::TokenIndex>(pieces);
+    }
+    index = token_index_;
+  }
+  const bool object = api.response_format == ResponseFormat::kJsonObject;
+  const std::string key = object ? std::string("json_object") : "json_schema " + api.reply_schema.dump();
+  return grammars_.get(key, [&]() -> Result<std::shared_ptr<structured::CompiledGrammar>> {
+    structured::Grammar g;
+    if (object) {
+      g = structured::json_object_grammar();
+    } else {
+      auto compiled = structured::grammar_from_json_schema(api.reply_schema);
+      if (!compiled.is_ok()) return Status::invalid_argument("response_format: " + compiled.status().message());
+      g = std::move(compiled).value();
+    }
+    return std::make_shared<structured::CompiledGrammar>(std::move(g), index);
+  });
+}
+
 std::string HttpServer::cache_salt_for(const ApiRequest& api, const Caller& caller) const {
   // Salted per key: tenants never share cache entries, whatever salt they send.
   return http::tenant_cache_salt(config_.salt_per_api_key, caller.api_key, api.cache_salt);
@@ -66,6 +97,10 @@ Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const
       PAGODA_ASSIGN_OR_RETURN(std::vector<int32_t> ids, text_prompt(p));
       prompts.push_back(std::move(ids));
     }
+  }
+  std::shared_ptr<structured::CompiledGrammar> grammar;
+  if (api.response_format != ResponseFormat::kText) {
+    PAGODA_ASSIGN_OR_RETURN(grammar, reply_grammar(api));
   }
   const uint64_t seed = api.has_seed ? api.sampling.seed : draw_seed();
   std::vector<engine::CompletionRequest> out;
@@ -91,6 +126,7 @@ Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const
     r.priority = api.priority;
     r.cache_salt = cache_salt_for(api, caller);
     r.kv_select = api.kv_select;
+    if (grammar) r.constraint = std::make_shared<GrammarConstraint>(grammar, r.stop_token_ids);
     out.push_back(std::move(r));
   }
   return out;
@@ -110,7 +146,13 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
   }
   if (draining_) return reply_error(res, Status::unavailable("The server is shutting down"));
   auto requests = engine_requests(api, caller);
-  if (!requests.is_ok()) return reply_error(res, requests.status(), chat ? "messages" : "prompt");
+  if (!requests.is_ok()) {
+    // The field the message starts with ("tools: ...", "response_format: ..."), else the prompt.
+    const std::string& m = requests.status().message();
+    const size_t colon = m.find(": ");
+    const bool named = colon != std::string::npos && m.substr(0, colon).find(' ') == std::string::npos;
+    return reply_error(res, requests.status(), named ? m.substr(0, colon) : (chat ? "messages" : "prompt"));
+  }
   PdPlan pd;  // P/D disaggregation: lend the prompt's KV after it ran, or pull it first
   if (Status s = prepare_pd(req, api, *requests, pd); !s.is_ok()) return reply_error(res, s, "kv_transfer_params");
   if (!pd.transfer_note.empty()) res.set_header("X-Pagoda-Kv-Transfer", pd.transfer_note);

@@ -54,6 +54,7 @@
 #include "engine/serving.h"
 #include "events/kv_event_publisher.h"
 #include "server/http/listener.h"
+#include "server/grammar_constraint.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_stream.h"
@@ -144,6 +145,7 @@ class HttpServer {
   Result<std::vector<engine::CompletionRequest>> engine_requests(const ApiRequest& api, const Caller& caller);
   Result<std::vector<int32_t>> chat_prompt(const ApiRequest& api) const;
   std::string forced_reply_start(const ApiRequest& api) const;
+  Result<std::shared_ptr<structured::CompiledGrammar>> reply_grammar(const ApiRequest& api);
   Result<std::vector<int32_t>> text_prompt(const PromptInput& prompt) const;
   // The engine's cache salt of a request (salted per key with salt_per_api_key).
   std::string cache_salt_for(const ApiRequest& api, const Caller& caller) const;
@@ -159,6 +161,9 @@ class HttpServer {
   std::vector<int32_t> end_of_turn_ids_;       // chat: the template's end-of-turn token, if one
   std::vector<std::string> end_of_turn_stops_; // chat: else its text as a stop string
   int32_t marker_token_ = -1;                  // a control token that opens tool calls, if one
+  std::mutex token_index_mutex_;
+  std::shared_ptr<const structured::TokenIndex> token_index_;  // the vocabulary trie, built on first use
+  GrammarCache grammars_{32};                  // compiled reply grammars by schema
   std::string marker_text_;
   ServerConfig config_;
   const Logger& logger_;

@@ -178,6 +178,36 @@ void read_logit_bias(FieldReader& r, const RequestLimits& limits, ApiRequest& re
   }
 }
 
+// response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name",
+// "schema", "strict"}}. The schema is kept in the client's key order (reply_schema): properties
+// are generated in that order.
+void read_response_format(FieldReader& r, ApiRequest& req) {
+  // Other engines' constraint fields would be ignored as unknown: refused instead.
+  for (const char* other : {"grammar", "json_schema", "guided_json", "guided_regex", "guided_grammar", "guided_choice"}) {
+    if (r.get(other) != nullptr) {
+      return r.fail(other, "is not supported: constrain replies with response_format (json_object or json_schema)");
+    }
+  }
+  const json* format = r.get("response_format");
+  if (format == nullptr) return;
+  const json* type = format->is_object() && format->contains("type") ? &(*format)["type"] : nullptr;
+  const std::string t = type != nullptr && type->is_string() ? type->get<std::string>() : "";
+  if (t == "text") return;
+  if (t == "json_object") {
+    req.response_format = ResponseFormat::kJsonObject;
+    return;
+  }
+  if (t != "json_schema") {
+    return r.fail("response_format", "type must be \"text\", \"json_object\" or \"json_schema\"");
+  }
+  const json* spec = format->contains("json_schema") ? &(*format)["json_schema"] : nullptr;
+  if (spec == nullptr || !spec->is_object() || !spec->contains("schema") ||
+      !((*spec)["schema"].is_object() || (*spec)["schema"].is_boolean())) {
+    return r.fail("response_format.json_schema.schema", "must be a JSON Schema object");
+  }
+  req.response_format = ResponseFormat::kJsonSchema;
+}
+
 void read_common(FieldReader& r, const RequestLimits& limits, ApiRequest& req) {
   req.sampling = engine::SamplingParams{};
   req.sampling.temperature = 1.0f;
@@ -243,12 +273,7 @@ void read_common(FieldReader& r, const RequestLimits& limits, ApiRequest& req) {
   if (const json* tools = r.get("tools"); !req.chat && tools != nullptr && !(tools->is_array() && tools->empty())) {
     r.fail("tools", "tools are a chat completions field (/v1/chat/completions)");
   }
-  if (const json* format = r.get("response_format")) {
-    const json* type = format->is_object() && format->contains("type") ? &(*format)["type"] : nullptr;
-    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {  // any JSON type may come
-      r.fail("response_format", "only {\"type\": \"text\"} is supported");
-    }
-  }
+  read_response_format(r, req);
 }
 
 void read_max_tokens(FieldReader& r, const char* name, const RequestLimits& limits, ApiRequest& req) {
@@ -323,11 +348,19 @@ void read_messages(FieldReader& r, ApiRequest& req) {
 
 }  // namespace
 
+// The json_schema's schema with the client's key order (the body parsed again, ordered).
+void read_reply_schema(FieldReader& r, std::string_view body, ApiRequest& req) {
+  if (!r.ok() || req.response_format != ResponseFormat::kJsonSchema) return;
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  req.reply_schema = ordered["response_format"]["json_schema"]["schema"];
+}
+
 Result<ApiRequest> parse_completion_request(std::string_view body, const RequestLimits& limits, std::string* param) {
   PAGODA_ASSIGN_OR_RETURN(json j, parse_object(body));
   ApiRequest req;
   FieldReader r(j);
   read_common(r, limits, req);
+  read_reply_schema(r, body, req);
   read_prompts(r, limits, req);
   read_max_tokens(r, "max_tokens", limits, req);
   if (r.get("logprobs") != nullptr) r.read_int("logprobs", 0, limits.max_logprobs, req.logprobs);
@@ -413,6 +446,7 @@ Result<ApiRequest> parse_chat_request(std::string_view body, const RequestLimits
   } else {
     read_tools(r, nlohmann::ordered_json::object(), req);
   }
+  read_reply_schema(r, body, req);
   read_max_tokens(r, "max_tokens", limits, req);
   read_max_tokens(r, "max_completion_tokens", limits, req);  // the newer name wins
   bool logprobs = false;

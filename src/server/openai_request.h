@@ -2,8 +2,8 @@
 //
 // Rules: the body is one JSON object (UTF-8; ill-formed UTF-8 is an error). Known fields are
 // checked for type and range; null means "not given"; unknown fields are ignored (clients send
-// many). Fields that would change the output but are not implemented (echo, suffix, tools, a
-// non-text response_format, best_of != n) are errors rather than silently ignored.
+// many). Fields that would change the output but are not implemented (echo, suffix, best_of !=
+// n, tools on completions) are errors rather than silently ignored.
 // logit_bias, presence_penalty and frequency_penalty are OpenAI's (engine/sampler.h). Every error is kInvalidArgument (HTTP 400) and names the
 // offending field through `param`.
 //
@@ -17,6 +17,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "engine/sampler.h"
@@ -42,6 +44,10 @@ struct PromptInput {
   std::vector<int32_t> tokens;
 };
 
+// response_format: text (free), json_object (any JSON object), json_schema (reply_schema);
+// the last two are enforced by constrained decoding (structured/, server/grammar_constraint.h).
+enum class ResponseFormat { kText, kJsonObject, kJsonSchema };
+
 // tool_choice: auto (the model decides), none (no calls parsed; tools still listed in the
 // prompt, as OpenAI), required (a call is forced), a named function (that call is forced).
 enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
@@ -57,6 +63,8 @@ struct ApiRequest {
   bool parallel_tool_calls = true;      // false: only a reply's first call is returned
   std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking
   std::string reasoning_effort;         // "" when not given (no template here takes one)
+  ResponseFormat response_format = ResponseFormat::kText;
+  nlohmann::ordered_json reply_schema;  // kJsonSchema: the schema, in the client's key order
   int64_t max_tokens = 16;              // per choice
   bool max_tokens_given = false;
   engine::SamplingParams sampling;      // OpenAI defaults; seed valid when has_seed

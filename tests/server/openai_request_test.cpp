@@ -31,6 +31,12 @@ ApiRequest completion(const std::string& body) {
   return r.is_ok() ? *r : ApiRequest{};
 }
 
+ApiRequest chat(const std::string& body) {
+  auto r = parse_chat_request(body, limits());
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? *r : ApiRequest{};
+}
+
 TEST(OpenAiRequest, CompletionDefaultsFollowOpenAi) {
   const ApiRequest r = completion(R"({"prompt": "hello"})");
   ASSERT_EQ(r.prompts.size(), 1u);
@@ -143,11 +149,29 @@ TEST(OpenAiRequest, UnsupportedFeaturesAreErrorsNotSilence) {
   EXPECT_EQ(bad_param(R"({"prompt": "a", "best_of": 3})"), "best_of");
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})", true), "tools[0].type");
   EXPECT_EQ(bad_param(R"({"prompt": "x", "tools": [{}]})"), "tools");  // a chat field
-  EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", true),
+  EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})", true),
             "response_format");
+  EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}})", true),
+            "response_format.json_schema.schema");
   // Found by fuzz/openai_request: a non-string "type" threw out of the parser.
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": 1e308}})", true),
             "response_format");
+}
+
+TEST(OpenAiRequest, ResponseFormatsKeepTheSchemaOrder) {
+  const ApiRequest obj = chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})");
+  EXPECT_EQ(obj.response_format, ResponseFormat::kJsonObject);
+  const ApiRequest s = chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+      "json_schema": {"name": "r", "schema": {"type": "object", "properties": {"z": {}, "a": {}}}}}})");
+  EXPECT_EQ(s.response_format, ResponseFormat::kJsonSchema);
+  std::vector<std::string> keys;
+  for (auto it = s.reply_schema["properties"].begin(); it != s.reply_schema["properties"].end(); ++it) keys.push_back(it.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"z", "a"}));  // as sent, not sorted
+  const ApiRequest text = completion(R"({"prompt": "a", "response_format": {"type": "text"}})");
+  EXPECT_EQ(text.response_format, ResponseFormat::kText);
+  EXPECT_EQ(completion(R"({"prompt": "a", "response_format": {"type": "json_object"}})").response_format, ResponseFormat::kJsonObject);
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "grammar": "root ::= \"a\""})"), "grammar");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "guided_json": {}})"), "guided_json");
 }
 
 TEST(OpenAiRequest, PenaltiesAndLogitBias) {

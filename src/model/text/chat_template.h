@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -34,6 +35,9 @@ namespace pagoda::model {
 enum class ChatFamily { kLlama2, kLlama3, kChatML, kMistral, kZephyr, kGemma };
 
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string r, std::string c, std::vector<ChatToolCall> calls = {}, std::string call_id = {})
+      : role(std::move(r)), content(std::move(c)), tool_calls(std::move(calls)), tool_call_id(std::move(call_id)) {}
   std::string role;     // "system", "user", "assistant", "tool" (others are rejected by the parser)
   std::string content;
   std::vector<ChatToolCall> tool_calls;  // assistant: the calls it made

@@ -1,0 +1,83 @@
+#include "structured/token_index.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace pagoda::structured {
+
+TokenIndex::TokenIndex(const std::vector<std::string>& pieces)
+    : n_vocab_(static_cast<int32_t>(pieces.size())), pieces_(pieces) {
+  nodes_.emplace_back();
+  for (int32_t id = 0; id < n_vocab_; ++id) {
+    const std::string& p = pieces_[static_cast<size_t>(id)];
+    if (p.empty()) continue;
+    int32_t node = 0;
+    for (unsigned char c : p) {
+      auto& ch = nodes_[static_cast<size_t>(node)].children;
+      auto it = std::lower_bound(ch.begin(), ch.end(), std::make_pair(static_cast<uint8_t>(c), int32_t{-1}));
+      if (it != ch.end() && it->first == c) {
+        node = it->second;
+      } else {
+        const int32_t next = static_cast<int32_t>(nodes_.size());
+        ch.insert(it, {static_cast<uint8_t>(c), next});
+        nodes_.emplace_back();  // may move `ch`'s owner: not used after this
+        node = next;
+      }
+    }
+    nodes_[static_cast<size_t>(node)].tokens.push_back(id);
+  }
+}
+
+void TokenIndex::walk(const Grammar& g, int32_t node, size_t depth, std::vector<uint64_t>& bits,
+                      std::vector<MatchState>& scratch) const {
+  if (scratch.size() <= depth + 1) scratch.resize(depth + 2);
+  for (const auto& [byte, child] : nodes_[static_cast<size_t>(node)].children) {
+    advance(g, scratch[depth], byte, scratch[depth + 1]);
+    if (scratch[depth + 1].empty()) continue;
+    for (int32_t t : nodes_[static_cast<size_t>(child)].tokens) bits[static_cast<size_t>(t) / 64] |= uint64_t{1} << (t % 64);
+    if (!nodes_[static_cast<size_t>(child)].children.empty() && can_continue(scratch[depth + 1])) {
+      walk(g, child, depth + 1, bits, scratch);
+    }
+  }
+}
+
+void TokenIndex::allowed(const Grammar& g, const MatchState& s, std::vector<uint64_t>& bits,
+                         std::vector<MatchState>& scratch) const {
+  bits.assign((static_cast<size_t>(n_vocab_) + 63) / 64, 0);
+  if (scratch.empty()) scratch.resize(1);
+  scratch[0] = s;
+  walk(g, 0, 0, bits, scratch);
+}
+
+size_t CompiledGrammar::KeyHash::operator()(const std::vector<int32_t>& k) const {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t v : k) h = (h ^ static_cast<uint32_t>(v)) * 1099511628211ull;
+  return static_cast<size_t>(h);
+}
+
+CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenIndex> index)
+    : grammar_(std::move(grammar)), index_(std::move(index)), initial_(initial_state(grammar_)) {}
+
+std::shared_ptr<const std::vector<uint64_t>> CompiledGrammar::mask(const MatchState& s) {
+  std::lock_guard lock(mutex_);
+  state_key(s, key_);
+  if (auto it = cache_.find(key_); it != cache_.end()) {
+    ++stats_.mask_hits;
+    return it->second;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto bits = std::make_shared<std::vector<uint64_t>>();
+  index_->allowed(grammar_, s, *bits, scratch_);
+  stats_.mask_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++stats_.mask_misses;
+  if (cache_.size() >= kMaxCached) cache_.clear();
+  cache_.emplace(key_, bits);
+  return bits;
+}
+
+GrammarStats CompiledGrammar::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace pagoda::structured

@@ -1,0 +1,82 @@
+// TokenIndex: a tokenizer's vocabulary as bytes in a trie (built once per model), and
+// CompiledGrammar: a Grammar with the token masks of its states, computed by walking the trie
+// from a state (a branch is cut at the first byte the grammar refuses) and cached by state.
+//
+// A mask is a bitset over token ids: bit t set = every byte of token t is accepted from the
+// state. Tokens with no bytes (control tokens, rendered as "") are never allowed by a mask;
+// ending the reply is the caller's decision (accepting(state)).
+//
+// Thread-safety: TokenIndex is immutable. CompiledGrammar::mask may be called from any thread
+// (a mutex guards its cache and scratch); the engine calls it from the step thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "structured/grammar.h"
+#include "structured/matcher.h"
+
+namespace pagoda::structured {
+
+class TokenIndex {
+ public:
+  // pieces: [n_vocab] each token's bytes as the detokenizer writes them ("" = never allowed).
+  explicit TokenIndex(const std::vector<std::string>& pieces);
+
+  int32_t n_vocab() const { return n_vocab_; }
+  const std::string& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
+  // Sets bit t of bits ([ceil(n_vocab / 64)] words, cleared first) for each token the grammar
+  // accepts whole from s. scratch: one state per trie depth (reused).
+  void allowed(const Grammar& g, const MatchState& s, std::vector<uint64_t>& bits, std::vector<MatchState>& scratch) const;
+
+ private:
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> children;  // (byte, node), ascending bytes
+    std::vector<int32_t> tokens;                         // tokens whose bytes end here
+  };
+  void walk(const Grammar& g, int32_t node, size_t depth, std::vector<uint64_t>& bits, std::vector<MatchState>& scratch) const;
+
+  int32_t n_vocab_ = 0;
+  std::vector<std::string> pieces_;  // [n_vocab]
+  std::vector<Node> nodes_;          // nodes_[0]: the root (empty prefix)
+};
+
+struct GrammarStats {
+  int64_t mask_hits = 0;     // masks served from the cache
+  int64_t mask_misses = 0;   // masks computed by a trie walk
+  double mask_seconds = 0;   // time in trie walks
+};
+
+class CompiledGrammar {
+ public:
+  CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenIndex> index);
+
+  const Grammar& grammar() const { return grammar_; }
+  const TokenIndex& index() const { return *index_; }
+  const MatchState& initial() const { return initial_; }
+  // The mask of state s: [ceil(n_vocab / 64)] words. The pointer stays valid while held.
+  std::shared_ptr<const std::vector<uint64_t>> mask(const MatchState& s);
+  GrammarStats stats() const;
+
+ private:
+  struct KeyHash {
+    size_t operator()(const std::vector<int32_t>& k) const;
+  };
+  static constexpr size_t kMaxCached = 4096;  // states; the cache is emptied when it is full
+
+  Grammar grammar_;
+  std::shared_ptr<const TokenIndex> index_;
+  MatchState initial_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::vector<int32_t>, std::shared_ptr<const std::vector<uint64_t>>, KeyHash> cache_;
+  std::vector<int32_t> key_;         // scratch
+  std::vector<MatchState> scratch_;  // one per trie depth
+  GrammarStats stats_;
+};
+
+}  // namespace pagoda::structured

@@ -1,0 +1,125 @@
+// Structured outputs on the real engine (stories260K, which knows no JSON): with response_format
+// json_schema or json_object, every one of n = 8 choices sampled at temperature 1 is JSON that
+// validates against its schema (the independent reference of tests/structured/), whole and
+// streamed, in batched steps beside unconstrained requests; unsupported schemas are 400s.
+#include <thread>
+
+#include "real_server.h"
+#include "structured/json_reference.h"
+#include "structured/json_schema.h"
+#include "structured/matcher.h"
+
+namespace pagoda::testing {
+namespace {
+
+using nlohmann::json;
+
+const char* kSchemas[] = {
+    R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "age": {"type": "integer"},
+        "happy": {"type": "boolean"}, "pets": {"type": "array", "items": {"enum": ["cat", "dog", "fish"]}, "maxItems": 3}},
+        "required": ["name", "age", "happy"], "additionalProperties": false})",
+    R"({"type": "array", "items": {"type": "object", "properties": {"x": {"type": "number"}, "tag": {"anyOf":
+        [{"type": "null"}, {"type": "string", "maxLength": 5}]}}, "required": ["x"]}, "minItems": 1, "maxItems": 3})",
+    // $ref without recursion: a recursive schema (covered by tests/structured) lets a model that
+    // knows no JSON nest past any max_tokens.
+    R"({"$defs": {"pet": {"type": "object", "properties": {"kind": {"enum": ["cat", "dog"]}, "age": {"type": "integer"}},
+        "required": ["kind"]}}, "type": "object", "properties": {"first": {"$ref": "#/$defs/pet"},
+        "second": {"anyOf": [{"$ref": "#/$defs/pet"}, {"type": "null"}]}}, "required": ["first", "second"]})",
+};
+
+class StructuredOutputTest : public RealServerTest {};
+
+std::string chat_body(const json& format, int n, uint64_t seed, bool stream = false) {
+  // Built as text so the schema keeps its key order.
+  return R"({"messages": [{"role": "user", "content": "Tell me about Tom."}], "max_tokens": 300, "temperature": 1.0,
+      "n": )" + std::to_string(n) + R"(, "seed": )" + std::to_string(seed) + (stream ? R"(, "stream": true)" : "") +
+         R"(, "response_format": )" + format.dump() + "}";
+}
+
+json schema_format(const char* schema) {
+  return json{{"type", "json_schema"}, {"json_schema", {{"name", "reply"}, {"strict", true}, {"schema", json::parse(schema)}}}};
+}
+
+TEST_F(StructuredOutputTest, EverySampledReplyValidates) {
+  int checked = 0;
+  for (const char* schema : kSchemas) {
+    SCOPED_TRACE(schema);
+    // Ordered: the reference checks property order as the schema gives it.
+    const ojson ordered = ojson::parse(schema);
+    std::string body = chat_body(json::object(), 8, 11);
+    body.replace(body.rfind("{}"), 2, R"({"type": "json_schema", "json_schema": {"name": "reply", "strict": true, "schema": )" +
+                                          ordered.dump() + "}}");
+    auto r = client_->Post("/v1/chat/completions", body, "application/json");
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    ASSERT_EQ(j["choices"].size(), 8u);
+    std::set<std::string> distinct;
+    for (const json& c : j["choices"]) {
+      const std::string text = c["message"]["content"];
+      EXPECT_EQ(c["finish_reason"], "stop") << text;
+      EXPECT_TRUE(reference_accepts(ordered, text)) << text;
+      distinct.insert(text);
+      ++checked;
+    }
+    EXPECT_GT(distinct.size(), 1u);  // sampled, not one forced answer
+  }
+  EXPECT_EQ(checked, 24);
+  expect_idle_and_intact();
+}
+
+TEST_F(StructuredOutputTest, JsonObjectStreamedAndBesideUnconstrainedRequests) {
+  // An unconstrained request in the same batches.
+  std::thread free_text([&] {
+    auto r = post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}});
+    EXPECT_EQ(r->status, 200);
+    EXPECT_FALSE(json::parse(r->body)["choices"][0]["text"].get<std::string>().empty());
+  });
+  auto r = client_->Post("/v1/chat/completions", chat_body(json{{"type", "json_object"}}, 4, 5, /*stream=*/true),
+                         "application/json");
+  free_text.join();
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::vector<std::string> texts(4);
+  std::vector<std::string> finish(4);
+  size_t pos = 0;
+  while ((pos = r->body.find("data: {", pos)) != std::string::npos) {
+    const size_t end = r->body.find("\n\n", pos);
+    const json chunk = json::parse(r->body.substr(pos + 6, end - pos - 6));
+    pos = end;
+    for (const json& c : chunk["choices"]) {
+      const size_t i = c["index"];
+      if (c["delta"].contains("content") && c["delta"]["content"].is_string()) texts[i] += c["delta"]["content"].get<std::string>();
+      if (c["finish_reason"].is_string()) finish[i] = c["finish_reason"];
+    }
+  }
+  const structured::Grammar object = structured::json_object_grammar();
+  for (size_t i = 0; i < 4; ++i) {
+    // json_object: any JSON object, so a model that knows no JSON may still be inside a string
+    // when max_tokens ends it ("length"): then the text is a prefix the grammar accepts.
+    if (finish[i] == "stop") {
+      EXPECT_TRUE(ojson::parse(texts[i], nullptr, false).is_object()) << texts[i];
+    } else {
+      EXPECT_EQ(finish[i], "length");
+      structured::MatchState st = structured::initial_state(object);
+      EXPECT_TRUE(structured::advance_text(object, st, texts[i])) << texts[i];
+    }
+  }
+  expect_idle_and_intact();
+}
+
+TEST_F(StructuredOutputTest, UnsupportedSchemasAreClearErrors) {
+  auto r = client_->Post("/v1/chat/completions",
+                         chat_body(schema_format(R"({"type": "string", "pattern": "a+"})"), 1, 1), "application/json");
+  ASSERT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "response_format");
+  EXPECT_NE(r->body.find("pattern"), std::string::npos);
+  auto bad = post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                           {"response_format", {{"type", "json_schema"}}}});
+  EXPECT_EQ(bad->status, 400);
+  auto kind = post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                            {"response_format", {{"type", "yaml"}}}});
+  EXPECT_EQ(kind->status, 400);
+  expect_idle_and_intact();
+}
+
+}  // namespace
+}  // namespace pagoda::testing
