@@ -97,6 +97,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     }
   }
   if (params_.temperature <= 0.0f) return argmax(logits);
+  if (!(params_.top_k > 0 && params_.top_k < n) && params_.top_p >= 1.0f) return sample_unsorted(logits);
 
   for (int64_t i = 0; i < n; ++i) candidates_[i] = {static_cast<int32_t>(i), logits[i]};
   int64_t size = n;
@@ -142,6 +143,31 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     if (r < cum) return candidates_[i].id;
   }
   return candidates_[size - 1].id;
+}
+
+// No top-k or top-p cut (OpenAI's defaults): no order is needed, so no sort of the vocabulary
+// (a 32,000-entry sort per token was most of a batched decode step's sampling). min-p keeps
+// the tokens with p >= min_p * p_max, i.e. logit >= max + log(min_p); the draw walks ids in order.
+int32_t Sampler::sample_unsorted(std::span<const float> logits) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  const float max_logit = logits[static_cast<size_t>(argmax(logits))];
+  const float floor = params_.min_p > 0.0f ? max_logit + std::log(params_.min_p) : -INFINITY;
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float l = logits[static_cast<size_t>(i)];
+    probs_[i] = l >= floor && l > -INFINITY ? static_cast<float>(std::exp((l - max_logit) / params_.temperature)) : 0.0f;
+    total += probs_[i];
+  }
+  const double r = rng_.uniform() * total;
+  double cum = 0.0;
+  int32_t last = static_cast<int32_t>(argmax(logits));
+  for (int64_t i = 0; i < n; ++i) {
+    if (probs_[i] == 0.0f) continue;
+    cum += probs_[i];
+    last = static_cast<int32_t>(i);
+    if (r < cum) return last;
+  }
+  return last;
 }
 
 void log_softmax_top(std::span<const float> logits, int32_t chosen, int k, std::vector<int32_t>& index_scratch,

@@ -6,7 +6,8 @@
 // count over the completion only, never the prompt, as vLLM and OpenAI count) -> repetition
 // penalty over the last `repeat_last_n` tokens of prompt and completion (as llama.cpp's
 // default chain) -> greedy if temperature <= 0 -> top-k -> top-p -> min-p -> temperature ->
-// draw with the sequence's own Rng. Same seed, same logits -> same token.
+// draw with the sequence's own Rng. Same seed, same logits -> same token. Without a top-k or
+// top-p cut the draw needs no order: it walks the vocabulary by id, unsorted.
 // Reported logprobs (log_softmax_top) are the model's own distribution: before bias,
 // penalties, truncation and temperature (vLLM's default, "raw" logprobs).
 #pragma once
@@ -59,6 +60,7 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
  private:
+  int32_t sample_unsorted(std::span<const float> logits);
   struct Candidate {
     int32_t id;
     float logit;

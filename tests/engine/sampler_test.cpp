@@ -200,3 +200,41 @@ TEST(Sampler, FrequencyPenaltyCountsTheCompletionOnly) {
 
 }  // namespace
 }  // namespace pagoda::engine
+
+namespace pagoda::engine {
+namespace {
+
+// Without top-k / top-p the draw skips the sort: frequencies follow softmax(logits / T), min-p
+// drops what it must, and -inf (a constrained-decoding mask) is never drawn.
+TEST(Sampler, UnsortedDrawFollowsTheDistribution) {
+  const std::vector<float> base = {1.0f, 3.0f, 2.5f, -INFINITY, 0.5f, 2.9f};
+  for (float t : {1.0f, 0.7f}) {
+    SamplingParams p;
+    p.temperature = t, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f, p.seed = 3;
+    Sampler s(p, 6);
+    std::vector<int> count(6, 0);
+    const int draws = 40000;
+    for (int i = 0; i < draws; ++i) {
+      auto l = base;
+      ++count[static_cast<size_t>(s.sample(l, {}))];
+    }
+    double z = 0;
+    for (float x : base) z += std::exp(static_cast<double>(x) / t);
+    for (size_t i = 0; i < 6; ++i) {
+      const double want = std::exp(static_cast<double>(base[i]) / t) / z;
+      EXPECT_NEAR(static_cast<double>(count[i]) / draws, want, 0.01) << "token " << i << " at T " << t;
+    }
+    EXPECT_EQ(count[3], 0);
+  }
+  SamplingParams m;
+  m.temperature = 1.0f, m.top_k = 0, m.top_p = 1.0f, m.min_p = 0.5f;  // keeps p >= 0.5 p_max: ids 1, 2, 5
+  Sampler s(m, 6);
+  for (int i = 0; i < 3000; ++i) {
+    auto l = base;
+    const int32_t id = s.sample(l, {});
+    ASSERT_TRUE(id == 1 || id == 2 || id == 5) << id;
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::engine
