@@ -58,6 +58,39 @@ size_t CompiledGrammar::KeyHash::operator()(const std::vector<int32_t>& k) const
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenIndex> index)
     : grammar_(std::move(grammar)), index_(std::move(index)), initial_(initial_state(grammar_)) {}
 
+int32_t CompiledGrammar::intern(const MatchState& s) {
+  std::vector<int32_t> key;
+  state_key(s, key);
+  if (auto it = state_ids_.find(key); it != state_ids_.end()) return it->second;
+  const int32_t id = static_cast<int32_t>(states_.size());
+  states_.push_back(s);
+  std::array<int32_t, 256> unknown;
+  unknown.fill(-2);
+  transitions_.push_back(unknown);
+  continues_.push_back(can_continue(s) ? 1 : 0);
+  state_ids_.emplace(std::move(key), id);
+  return id;
+}
+
+int32_t CompiledGrammar::step(int32_t state, uint8_t byte) {
+  int32_t& t = transitions_[static_cast<size_t>(state)][byte];
+  if (t != -2) return t;
+  advance(grammar_, states_[static_cast<size_t>(state)], byte, next_);
+  const int32_t to = next_.empty() ? -1 : intern(next_);
+  transitions_[static_cast<size_t>(state)][byte] = to;  // (intern may have moved `t`'s row)
+  return to;
+}
+
+void CompiledGrammar::walk(int32_t node, int32_t state, std::vector<uint64_t>& bits) {
+  const auto& nodes = index_->nodes();
+  for (const auto& [byte, child] : nodes[static_cast<size_t>(node)].children) {
+    const int32_t next = step(state, byte);
+    if (next < 0) continue;
+    for (int32_t t : nodes[static_cast<size_t>(child)].tokens) bits[static_cast<size_t>(t) / 64] |= uint64_t{1} << (t % 64);
+    if (!nodes[static_cast<size_t>(child)].children.empty() && continues_[static_cast<size_t>(next)] != 0) walk(child, next, bits);
+  }
+}
+
 std::shared_ptr<const std::vector<uint64_t>> CompiledGrammar::mask(const MatchState& s) {
   std::lock_guard lock(mutex_);
   state_key(s, key_);
@@ -66,8 +99,14 @@ std::shared_ptr<const std::vector<uint64_t>> CompiledGrammar::mask(const MatchSt
     return it->second;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto bits = std::make_shared<std::vector<uint64_t>>();
-  index_->allowed(grammar_, s, *bits, scratch_);
+  auto bits = std::make_shared<std::vector<uint64_t>>((static_cast<size_t>(index_->n_vocab()) + 63) / 64, 0);
+  if (states_.size() >= kMaxStates) {
+    states_.clear();
+    state_ids_.clear();
+    transitions_.clear();
+    continues_.clear();
+  }
+  walk(0, intern(s), *bits);
   stats_.mask_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++stats_.mask_misses;
   if (cache_.size() >= kMaxCached) cache_.clear();

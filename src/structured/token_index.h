@@ -2,6 +2,11 @@
 // CompiledGrammar: a Grammar with the token masks of its states, computed by walking the trie
 // from a state (a branch is cut at the first byte the grammar refuses) and cached by state.
 //
+// The walk runs over a lazily built automaton: match states are interned as ids and each
+// (state, byte) transition is computed once (the matcher's advance) and then looked up, so a
+// state that allows most of the vocabulary (inside a string) costs one table lookup per trie
+// node. At most kMaxStates states are kept; past that the automaton starts over.
+//
 // A mask is a bitset over token ids: bit t set = every byte of token t is accepted from the
 // state. Tokens with no bytes (control tokens, rendered as "") are never allowed by a mask;
 // ending the reply is the caller's decision (accepting(state)).
@@ -10,6 +15,7 @@
 // (a mutex guards its cache and scratch); the engine calls it from the step thread only.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -31,14 +37,17 @@ class TokenIndex {
   int32_t n_vocab() const { return n_vocab_; }
   const std::string& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
   // Sets bit t of bits ([ceil(n_vocab / 64)] words, cleared first) for each token the grammar
-  // accepts whole from s. scratch: one state per trie depth (reused).
+  // accepts whole from s. scratch: one state per trie depth (reused). The reference walk;
+  // CompiledGrammar walks the same trie over its cached transitions.
   void allowed(const Grammar& g, const MatchState& s, std::vector<uint64_t>& bits, std::vector<MatchState>& scratch) const;
 
- private:
   struct Node {
     std::vector<std::pair<uint8_t, int32_t>> children;  // (byte, node), ascending bytes
     std::vector<int32_t> tokens;                         // tokens whose bytes end here
   };
+  const std::vector<Node>& nodes() const { return nodes_; }
+
+ private:
   void walk(const Grammar& g, int32_t node, size_t depth, std::vector<uint64_t>& bits, std::vector<MatchState>& scratch) const;
 
   int32_t n_vocab_ = 0;
@@ -67,7 +76,11 @@ class CompiledGrammar {
   struct KeyHash {
     size_t operator()(const std::vector<int32_t>& k) const;
   };
-  static constexpr size_t kMaxCached = 4096;  // states; the cache is emptied when it is full
+  static constexpr size_t kMaxCached = 4096;  // masks; the cache is emptied when it is full
+  static constexpr size_t kMaxStates = 20000;  // interned states (256 transitions of 4 bytes each)
+  int32_t intern(const MatchState& s);         // under mutex_
+  int32_t step(int32_t state, uint8_t byte);   // -1: dead; under mutex_
+  void walk(int32_t node, int32_t state, std::vector<uint64_t>& bits);
 
   Grammar grammar_;
   std::shared_ptr<const TokenIndex> index_;
@@ -76,6 +89,11 @@ class CompiledGrammar {
   std::unordered_map<std::vector<int32_t>, std::shared_ptr<const std::vector<uint64_t>>, KeyHash> cache_;
   std::vector<int32_t> key_;         // scratch
   std::vector<MatchState> scratch_;  // one per trie depth
+  std::vector<MatchState> states_;   // [state id]
+  std::unordered_map<std::vector<int32_t>, int32_t, KeyHash> state_ids_;
+  std::vector<std::array<int32_t, 256>> transitions_;  // [state id][byte]: -2 unknown, -1 dead
+  std::vector<uint8_t> continues_;   // [state id] can_continue
+  MatchState next_;                  // scratch of step
   GrammarStats stats_;
 };
 
