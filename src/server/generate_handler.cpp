@@ -56,17 +56,7 @@ Result<std::vector<int32_t>> HttpServer::text_prompt(const PromptInput& p) const
 // The grammar of a json_object / json_schema reply, compiled once per schema text and shared by
 // every request that sends it (with its mask cache); the vocabulary trie is built on first use.
 Result<std::shared_ptr<structured::CompiledGrammar>> HttpServer::reply_grammar(const ApiRequest& api) {
-  std::shared_ptr<const structured::TokenIndex> index;
-  {
-    std::lock_guard lock(token_index_mutex_);
-    if (!token_index_) {
-      const model::Tokenizer& tok = engine_.tokenizer();
-      std::vector<std::string> pieces(static_cast<size_t>(tok.vocab_size()));
-      for (int32_t t = 0; t < tok.vocab_size(); ++t) pieces[static_cast<size_t>(t)] = tok.token_to_piece(t);
-      token_index_ = std::make_shared<const structured::TokenIndex>(pieces);
-    }
-    index = token_index_;
-  }
+  std::shared_ptr<const structured::TokenIndex> index = vocabulary_index();
   const bool object = api.response_format == ResponseFormat::kJsonObject;
   const std::string key = object ? std::string("json_object") : "json_schema " + api.reply_schema.dump();
   return grammars_.get(key, [&]() -> Result<std::shared_ptr<structured::CompiledGrammar>> {
@@ -80,6 +70,46 @@ Result<std::shared_ptr<structured::CompiledGrammar>> HttpServer::reply_grammar(c
     }
     return std::make_shared<structured::CompiledGrammar>(std::move(g), index);
   });
+}
+
+// tool_choice required / named: after the forced opening (forced_reply_start), the rest of the
+// call is constrained too: the name (required: any tool's), its arguments by the tool's
+// parameters schema, and the syntax's closing.
+Result<std::shared_ptr<structured::CompiledGrammar>> HttpServer::call_grammar(const ApiRequest& api) {
+  const bool hermes = chat_template_.tool_syntax() == model::ToolSyntax::kHermes;
+  const std::string args_key = hermes ? "arguments" : "parameters";
+  const std::string trail = hermes ? "}\n</tool_call>" : "}";
+  std::vector<structured::CallShape> calls;
+  std::string key = std::string("call ") + model::tool_syntax_name(chat_template_.tool_syntax());
+  for (size_t i = 0; i < api.tools.size(); ++i) {
+    const model::ChatTool& t = api.tools[i];
+    if (api.tool_choice == ToolChoice::kNamed && t.name != api.tool_choice_name) continue;
+    const nlohmann::ordered_json& fn = t.spec["function"];
+    structured::CallShape shape;
+    shape.lead = api.tool_choice == ToolChoice::kNamed ? "" : t.name + "\", \"" + args_key + "\": ";
+    shape.arguments_schema = fn.contains("parameters") && fn["parameters"].is_object()
+                                 ? fn["parameters"]
+                                 : nlohmann::ordered_json{{"type", "object"}};
+    key += " " + shape.lead + shape.arguments_schema.dump();
+    calls.push_back(std::move(shape));
+  }
+  std::shared_ptr<const structured::TokenIndex> index = vocabulary_index();
+  return grammars_.get(key, [&]() -> Result<std::shared_ptr<structured::CompiledGrammar>> {
+    auto g = structured::call_grammar(calls, trail);
+    if (!g.is_ok()) return Status::invalid_argument("tools: a parameters schema: " + g.status().message());
+    return std::make_shared<structured::CompiledGrammar>(std::move(g).value(), index);
+  });
+}
+
+std::shared_ptr<const structured::TokenIndex> HttpServer::vocabulary_index() {
+  std::lock_guard lock(token_index_mutex_);
+  if (!token_index_) {
+    const model::Tokenizer& tok = engine_.tokenizer();
+    std::vector<std::string> pieces(static_cast<size_t>(tok.vocab_size()));
+    for (int32_t t = 0; t < tok.vocab_size(); ++t) pieces[static_cast<size_t>(t)] = tok.token_to_piece(t);
+    token_index_ = std::make_shared<const structured::TokenIndex>(pieces);
+  }
+  return token_index_;
 }
 
 std::string HttpServer::cache_salt_for(const ApiRequest& api, const Caller& caller) const {
@@ -99,8 +129,13 @@ Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const
     }
   }
   std::shared_ptr<structured::CompiledGrammar> grammar;
+  const bool forced_call = api.chat && !api.tools.empty() &&
+                           (api.tool_choice == ToolChoice::kRequired || api.tool_choice == ToolChoice::kNamed);
   if (api.response_format != ResponseFormat::kText) {
+    if (forced_call) return Status::invalid_argument("response_format: a forced tool call (tool_choice) already constrains the reply");
     PAGODA_ASSIGN_OR_RETURN(grammar, reply_grammar(api));
+  } else if (forced_call) {
+    PAGODA_ASSIGN_OR_RETURN(grammar, call_grammar(api));
   }
   const uint64_t seed = api.has_seed ? api.sampling.seed : draw_seed();
   std::vector<engine::CompletionRequest> out;

@@ -146,6 +146,8 @@ class HttpServer {
   Result<std::vector<int32_t>> chat_prompt(const ApiRequest& api) const;
   std::string forced_reply_start(const ApiRequest& api) const;
   Result<std::shared_ptr<structured::CompiledGrammar>> reply_grammar(const ApiRequest& api);
+  Result<std::shared_ptr<structured::CompiledGrammar>> call_grammar(const ApiRequest& api);
+  std::shared_ptr<const structured::TokenIndex> vocabulary_index();  // built on first use
   Result<std::vector<int32_t>> text_prompt(const PromptInput& prompt) const;
   // The engine's cache salt of a request (salted per key with salt_per_api_key).
   std::string cache_salt_for(const ApiRequest& api, const Caller& caller) const;

@@ -16,22 +16,16 @@ const std::set<std::string> kAnnotations = {"title",   "description", "default",
 
 class Compiler {
  public:
-  explicit Compiler(const ojson& root) : root_(root), b_(g_) {
-    ws_ = b_.repeat(ws_char(), 0, 2, -1, "ws");
-  }
+  // Adds rules to g; root (its $defs) is the schema the value rule is compiled from.
+  Compiler(const ojson& root, Grammar& g) : root_(root), g_(g), b_(g_) { ws_ = b_.repeat(ws_char(), 0, 2, -1, "ws"); }
 
-  Result<Grammar> compile() {
-    PAGODA_ASSIGN_OR_RETURN(const int32_t value, schema(root_, "#"));
-    g_.root = b_.rule("root", {{ref(ws_), ref(value), ref(ws_)}});
-    return std::move(g_);
+  Result<int32_t> value() { return schema(root_, "#"); }
+  int32_t any_object() {
+    any_value();
+    return any_object_;
   }
-
-  Grammar object_grammar() {
-    const int32_t any = any_value();
-    (void)any;
-    g_.root = b_.rule("root", {{ref(ws_), ref(any_object_), ref(ws_)}});
-    return std::move(g_);
-  }
+  int32_t ws() const { return ws_; }
+  int32_t literal(std::string_view text) { return b_.literal(text); }
 
  private:
   static Element ws_char() {
@@ -213,6 +207,8 @@ class Compiler {
     const ojson* props = s.contains("properties") ? &s["properties"] : nullptr;
     if (props == nullptr || props->empty()) {
       if (props != nullptr && !props->is_object()) return Status::invalid_argument("properties at " + where + " must be an object");
+      const auto ap = s.find("additionalProperties");
+      if (ap != s.end() && ap->is_boolean() && !ap->get<bool>()) return b_.rule("empty", {{lit("{"), ref(ws_), lit("}")}});
       any_value();
       return any_object_;
     }
@@ -277,7 +273,7 @@ class Compiler {
   static constexpr int kMaxNesting = 32;
   int depth_ = 0;
   const ojson& root_;
-  Grammar g_;
+  Grammar& g_;
   GrammarBuilder b_;
   int32_t ws_ = -1;
   int32_t str_char_ = -1;
@@ -288,11 +284,34 @@ class Compiler {
 
 }  // namespace
 
-Result<Grammar> grammar_from_json_schema(const ojson& schema) { return Compiler(schema).compile(); }
+Result<Grammar> grammar_from_json_schema(const ojson& schema) {
+  Grammar g;
+  Compiler c(schema, g);
+  PAGODA_ASSIGN_OR_RETURN(const int32_t value, c.value());
+  g.root = GrammarBuilder(g).rule("root", {{ref(c.ws()), ref(value), ref(c.ws())}});
+  return g;
+}
 
 Grammar json_object_grammar() {
   const ojson empty = ojson::object();
-  return Compiler(empty).object_grammar();
+  Grammar g;
+  Compiler c(empty, g);
+  const int32_t object = c.any_object();
+  g.root = GrammarBuilder(g).rule("root", {{ref(c.ws()), ref(object), ref(c.ws())}});
+  return g;
+}
+
+Result<Grammar> call_grammar(const std::vector<CallShape>& calls, std::string_view trail) {
+  Grammar g;
+  std::vector<Alternative> alts;
+  for (const CallShape& call : calls) {
+    Compiler c(call.arguments_schema, g);
+    PAGODA_ASSIGN_OR_RETURN(const int32_t args, c.value());
+    alts.push_back({ref(c.literal(call.lead)), ref(c.ws()), ref(args), ref(c.literal(trail))});
+  }
+  if (alts.empty()) return Status::invalid_argument("a tool call grammar needs at least one call");
+  g.root = GrammarBuilder(g).rule("root", std::move(alts));
+  return g;
 }
 
 }  // namespace pagoda::structured

@@ -5,7 +5,8 @@
 // null; properties with required (properties are written in the schema's order; optional ones
 // may be left out; no other property is ever generated, as OpenAI's strict mode requires);
 // items with minItems / maxItems; minLength / maxLength; enum and const (any JSON values);
-// anyOf and oneOf (as alternatives: oneOf's exclusivity is not checked); $ref to "#/$defs/..."
+// anyOf and oneOf (as alternatives: oneOf's exclusivity is not checked); an object without
+// properties is any object, or only {} with additionalProperties: false; $ref to "#/$defs/..."
 // or "#/definitions/..." (recursion allowed); an empty schema (any value). Annotations (title,
 // description, default, examples, $schema, $id, $comment, strict, and additionalProperties:
 // false) are ignored. Anything else (pattern, format, minimum, prefixItems, ...) is an error
@@ -20,6 +21,8 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,5 +34,14 @@ namespace pagoda::structured {
 Result<Grammar> grammar_from_json_schema(const nlohmann::ordered_json& schema);
 // Any JSON object (response_format json_object).
 Grammar json_object_grammar();
+
+// The rest of a tool call after its forced opening: one of `calls`, each its `lead` text (the
+// rest of the name and the syntax up to the arguments), an arguments value of its schema, then
+// `trail` (what closes the call). A forced call's arguments are thereby valid too.
+struct CallShape {
+  std::string lead;
+  nlohmann::ordered_json arguments_schema;  // the tool's "parameters" ({"type": "object"} if none)
+};
+Result<Grammar> call_grammar(const std::vector<CallShape>& calls, std::string_view trail);
 
 }  // namespace pagoda::structured

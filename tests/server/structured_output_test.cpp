@@ -5,6 +5,9 @@
 #include <thread>
 
 #include "real_server.h"
+#include "engine/serving_test_util.h"
+#include "model/text/chat_output.h"
+#include "server/grammar_constraint.h"
 #include "structured/json_reference.h"
 #include "structured/json_schema.h"
 #include "structured/matcher.h"
@@ -118,6 +121,62 @@ TEST_F(StructuredOutputTest, UnsupportedSchemasAreClearErrors) {
   auto kind = post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}},
                                             {"response_format", {{"type", "yaml"}}}});
   EXPECT_EQ(kind->status, 400);
+  expect_idle_and_intact();
+}
+
+}  // namespace
+}  // namespace pagoda::testing
+
+namespace pagoda::testing {
+namespace {
+
+// A forced tool call's constraint (what the server attaches for tool_choice required / named:
+// server/generate_handler.cpp) on the real engine, with a short prompt so the reply has room:
+// every sample (n = 4, temperature 1) is a call of an offered tool whose arguments validate.
+TEST_F(StructuredOutputTest, ForcedToolCallsAreCallsWithValidArguments) {
+  std::vector<std::string> pieces;
+  for (int32_t t = 0; t < tokenizer_->vocab_size(); ++t) pieces.push_back(tokenizer_->token_to_piece(t));
+  auto index = std::make_shared<const structured::TokenIndex>(pieces);
+  const ojson pick = ojson::parse(R"({"type": "object", "properties": {"c": {"enum": ["r", "b"]}, "n": {"type": "integer"}},
+      "required": ["c", "n"]})");
+  for (bool named : {false, true}) {
+    SCOPED_TRACE(named ? "named" : "required");
+    std::vector<structured::CallShape> calls = {{named ? "" : "pick\", \"arguments\": ", pick}};
+    if (!named) calls.push_back({"halt\", \"arguments\": ", ojson::parse(R"({"type": "object", "properties": {}, "additionalProperties": false})")});
+    auto g = structured::call_grammar(calls, "}\n</tool_call>");
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    auto compiled = std::make_shared<structured::CompiledGrammar>(std::move(g).value(), index);
+    engine::CompletionRequest req;
+    req.prompt = tokenizer_->encode("Once upon a time", true, false);
+    req.max_tokens = 300;
+    req.n = 4;
+    req.sampling = engine::SamplingParams();
+    req.sampling.temperature = 1.0f, req.sampling.top_k = 0, req.sampling.top_p = 1.0f, req.sampling.min_p = 0.0f;
+    req.sampling.seed = 9;
+    req.stop_token_ids = {tokenizer_->eos_id()};
+    req.constraint = std::make_shared<server::GrammarConstraint>(compiled, req.stop_token_ids);
+    auto rec = std::make_shared<testing::Recorder>();
+    ASSERT_TRUE(serving_->submit(req, rec).is_ok());
+    rec->wait();
+    ASSERT_TRUE(rec->status().is_ok()) << rec->status().message();
+    const std::string forced = named ? "<tool_call>\n{\"name\": \"pick\", \"arguments\": " : "<tool_call>\n{\"name\": \"";
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_EQ(rec->choice(i).reason, engine::FinishReason::kStop) << rec->choice(i).text;
+      model::ChatOutputParser parser(model::ToolSyntax::kHermes, model::ReasoningSyntax::kNone, "t");
+      model::ChatDelta d;
+      parser.push(forced + rec->choice(i).text, d);
+      parser.finish(d);
+      ASSERT_EQ(d.calls.size(), 1u) << forced + rec->choice(i).text;
+      const ojson args = ojson::parse(d.calls[0].arguments);
+      if (d.calls[0].name == "pick") {
+        EXPECT_TRUE(reference_accepts(pick, d.calls[0].arguments)) << d.calls[0].arguments;
+      } else {
+        EXPECT_FALSE(named);
+        EXPECT_EQ(d.calls[0].name, "halt");
+        EXPECT_EQ(args, ojson::object());
+      }
+    }
+  }
   expect_idle_and_intact();
 }
 

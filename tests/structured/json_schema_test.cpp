@@ -176,6 +176,12 @@ TEST(JsonSchemaGrammar, UnsupportedKeywordsAreNamed) {
   EXPECT_NE(err(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})").find("required"), std::string::npos);
   EXPECT_NE(err(R"({"type": "array", "minItems": 3, "maxItems": 1})").find("maxItems"), std::string::npos);
   EXPECT_NE(err(R"(false)").find("false"), std::string::npos);
+  // An object without properties: any object, or only {} when nothing else is allowed.
+  auto empty = grammar_from_json_schema(ojson::parse(R"({"type": "object", "properties": {}, "additionalProperties": false})"));
+  ASSERT_TRUE(empty.is_ok());
+  MatchState s = initial_state(*empty);
+  EXPECT_FALSE(advance_text(*empty, s, "{\"a\""));
+  EXPECT_TRUE(advance_text(*empty, s, "{ }") && accepting(s));
   // Annotations are fine.
   EXPECT_TRUE(grammar_from_json_schema(ojson::parse(R"({"title": "t", "description": "d", "type": "boolean", "default": true})")).is_ok());
 }
