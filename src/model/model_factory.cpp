@@ -159,6 +159,20 @@ DType weight_dtype(const WeightMix& mix, const std::string& tensor, int64_t n_in
   return dtype;
 }
 
+GgufFile random_model_header(const std::string& arch, const ModelShape& s, const WeightMix& mix) {
+  auto u32 = [](int64_t v) { return GgufValue::of_u32(static_cast<uint32_t>(v)); };
+  const std::string a = arch + ".";
+  GgufFile f;
+  f.set("general.architecture", GgufValue::of_string(arch));
+  f.set("general.name", GgufValue::of_string("pagoda-random-" + s.name + "-" + mix.name));
+  f.set("general.file_type", GgufValue::of_u32(mix.file_type));
+  f.set(a + "context_length", u32(s.n_ctx));
+  f.set(a + "embedding_length", u32(s.n_embd));
+  f.set(a + "block_count", u32(s.n_layer));
+  f.set(a + "feed_forward_length", u32(s.n_ff));
+  return f;
+}
+
 Result<GgufFile> make_random_mla_model(const ModelShape& s, const WeightMix& mix, uint64_t seed,
                                        const std::function<void(int64_t, int64_t)>& progress);
 
@@ -190,17 +204,10 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
   }
   const int64_t head_dim = s.n_embd / s.n_head;
   const std::string a = s.arch + ".";
-  GgufFile f;
-  f.set("general.architecture", GgufValue::of_string(s.arch));
-  f.set("general.name", GgufValue::of_string("pagoda-random-" + s.name + "-" + mix.name));
-  f.set("general.file_type", GgufValue::of_u32(mix.file_type));
-  f.set(a + "context_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ctx)));
+  GgufFile f = random_model_header(s.arch, s, mix);
   if (s.sliding_window > 0) {
     f.set(a + "attention.sliding_window", GgufValue::of_u32(static_cast<uint32_t>(s.sliding_window)));
   }
-  f.set(a + "embedding_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_embd)));
-  f.set(a + "block_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_layer)));
-  f.set(a + "feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ff)));
   f.set(a + "attention.head_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_head)));
   f.set(a + "attention.head_count_kv", GgufValue::of_u32(static_cast<uint32_t>(s.n_kv_head)));
   f.set(a + "rope.dimension_count", GgufValue::of_u32(static_cast<uint32_t>(head_dim)));
@@ -263,14 +270,7 @@ Result<GgufFile> make_random_mla_model(const ModelShape& s, const WeightMix& mix
   }
   auto u32 = [](int64_t v) { return GgufValue::of_u32(static_cast<uint32_t>(v)); };
   const std::string a = s.arch + ".";
-  GgufFile f;
-  f.set("general.architecture", GgufValue::of_string(s.arch));
-  f.set("general.name", GgufValue::of_string("pagoda-random-" + s.name + "-" + mix.name));
-  f.set("general.file_type", GgufValue::of_u32(mix.file_type));
-  f.set(a + "context_length", u32(s.n_ctx));
-  f.set(a + "embedding_length", u32(s.n_embd));
-  f.set(a + "block_count", u32(s.n_layer));
-  f.set(a + "feed_forward_length", u32(s.n_ff));
+  GgufFile f = random_model_header(s.arch, s, mix);
   f.set(a + "leading_dense_block_count", u32(s.n_layer));
   // Every layer is dense; llama.cpp reads these two keys of a deepseek2 file all the same.
   f.set(a + "expert_feed_forward_length", u32(s.n_ff));

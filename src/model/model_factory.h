@@ -89,6 +89,9 @@ Result<GgufFile> make_random_model(const ModelShape& shape, const WeightMix& mix
 
 // Writers' building blocks (also model/arch/ families): a random [n_out, n_in] weight stored as
 // `dtype` (uniform in +-sqrt(3 / n_in)), and an f32 vector uniform in [lo, hi].
+// The keys every random file starts with: general.architecture, .name, .file_type and ARCH.
+// context_length, embedding_length, block_count, feed_forward_length.
+GgufFile random_model_header(const std::string& arch, const ModelShape& shape, const WeightMix& mix);
 Status add_random_matrix(GgufFile& file, const std::string& name, int64_t n_out, int64_t n_in, DType dtype, Rng& rng);
 Status add_random_f32(GgufFile& file, const std::string& name, int64_t n, float lo, float hi, Rng& rng);
 

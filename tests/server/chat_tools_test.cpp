@@ -159,7 +159,9 @@ TEST_F(ChatToolsTest, ClearErrors) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << body.dump() << " -> " << r->body;
     const json e = json::parse(r->body)["error"];
-    if (!param.empty()) EXPECT_EQ(e["param"], param) << r->body;
+    if (!param.empty()) {
+      EXPECT_EQ(e["param"], param) << r->body;
+    }
   };
   const json m = {user("x")};
   bad({{"messages", m}, {"tools", {{{"type", "retrieval"}}}}}, "tools[0].type");

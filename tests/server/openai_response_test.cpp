@@ -12,7 +12,8 @@ using nlohmann::json;
 
 TEST(OpenAiResponse, ChatBodyAndChunks) {
   auto tok = testing::stories_tokenizer();
-  ResponseMeta meta{"chatcmpl-1", 7, "m", true, -1, true};
+  ResponseMeta meta;
+  meta.id = "chatcmpl-1", meta.created = 7, meta.model = "m", meta.chat = true, meta.logprobs = -1, meta.include_usage = true;
   ResponseBuilder b(meta, 2, *tok);
   ChoiceEvent tokens{1, "Hi", {}, false, engine::FinishReason::kLength};
   ChoiceEvent end{1, "!", {}, true, engine::FinishReason::kStop};

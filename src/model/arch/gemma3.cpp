@@ -53,14 +53,7 @@ Result<GgufFile> make_random_gemma3_model(const ModelShape& s, const WeightMix& 
   }
   auto u32 = [](int64_t v) { return GgufValue::of_u32(static_cast<uint32_t>(v)); };
   const std::string a = "gemma3.";
-  GgufFile f;
-  f.set("general.architecture", GgufValue::of_string("gemma3"));
-  f.set("general.name", GgufValue::of_string("pagoda-random-" + s.name + "-" + mix.name));
-  f.set("general.file_type", GgufValue::of_u32(mix.file_type));
-  f.set(a + "context_length", u32(s.n_ctx));
-  f.set(a + "embedding_length", u32(s.n_embd));
-  f.set(a + "block_count", u32(s.n_layer));
-  f.set(a + "feed_forward_length", u32(s.n_ff));
+  GgufFile f = random_model_header("gemma3", s, mix);
   f.set(a + "attention.head_count", u32(s.n_head));
   f.set(a + "attention.head_count_kv", u32(s.n_kv_head));
   f.set(a + "attention.key_length", u32(hd));

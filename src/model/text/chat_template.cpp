@@ -18,14 +18,6 @@ constexpr std::array<std::pair<ChatFamily, const char*>, 6> kNames = {{
 
 bool contains(std::string_view text, std::string_view needle) { return text.find(needle) != std::string_view::npos; }
 
-// Python's str.strip() / Jinja's trim over ASCII whitespace.
-std::string strip(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\n\r\f\v";
-  const size_t begin = s.find_first_not_of(kSpace);
-  if (begin == std::string_view::npos) return "";
-  const size_t end = s.find_last_not_of(kSpace);
-  return std::string(s.substr(begin, end - begin + 1));
-}
 
 // Splits an optional leading system message off and checks that the rest alternates
 // user/assistant starting with user (the families whose reference templates raise otherwise).
@@ -69,6 +61,14 @@ std::optional<ChatFamily> chat_family_from_name(std::string_view name) {
     if (name == n) return f;
   }
   return std::nullopt;
+}
+
+std::string strip(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t begin = s.find_first_not_of(kSpace);
+  if (begin == std::string_view::npos) return "";
+  const size_t end = s.find_last_not_of(kSpace);
+  return std::string(s.substr(begin, end - begin + 1));
 }
 
 std::string chat_family_names() {

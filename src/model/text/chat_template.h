@@ -54,6 +54,8 @@ struct ChatRenderOptions {
 const char* chat_family_name(ChatFamily family);
 std::optional<ChatFamily> chat_family_from_name(std::string_view name);  // "llama2", ... "gemma"
 std::string chat_family_names();  // "llama2, llama3, chatml, mistral, zephyr, gemma"
+// Python's str.strip() / Jinja's trim over ASCII whitespace (what templates do to contents).
+std::string strip(std::string_view s);
 
 // The family of a Jinja template string; nullopt when it is empty or matches none.
 std::optional<ChatFamily> detect_chat_template(std::string_view jinja);

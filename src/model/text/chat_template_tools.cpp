@@ -14,14 +14,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-std::string strip(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\n\r\f\v";
-  const size_t begin = s.find_first_not_of(kSpace);
-  if (begin == std::string_view::npos) return "";
-  const size_t end = s.find_last_not_of(kSpace);
-  return std::string(s.substr(begin, end - begin + 1));
-}
-
 Result<std::string> arguments_json(const ChatToolCall& call, size_t message) {
   const ojson args = ojson::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
   if (!args.is_object()) {
