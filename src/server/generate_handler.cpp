@@ -22,7 +22,7 @@ void abort_all(engine::ServingEngine& engine, const std::vector<engine::RequestI
 // that call): the opening of the template's call syntax ends the prompt. A think template
 // gets an empty think block first (no reasoning before a forced call).
 std::string HttpServer::forced_reply_start(const ApiRequest& api) const {
-  if (api.tool_choice != ToolChoice::kRequired && api.tool_choice != ToolChoice::kNamed) return "";
+  if (!forces_tool_call(api)) return "";
   std::string out;
   if (chat_template_.reasoning_syntax() == model::ReasoningSyntax::kThink && api.enable_thinking != false) {
     out += "<think>\n\n</think>\n\n";
@@ -129,8 +129,7 @@ Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const
     }
   }
   std::shared_ptr<structured::CompiledGrammar> grammar;
-  const bool forced_call = api.chat && !api.tools.empty() &&
-                           (api.tool_choice == ToolChoice::kRequired || api.tool_choice == ToolChoice::kNamed);
+  const bool forced_call = forces_tool_call(api);
   if (api.response_format != ResponseFormat::kText) {
     if (forced_call) return Status::invalid_argument("response_format: a forced tool call (tool_choice) already constrains the reply");
     PAGODA_ASSIGN_OR_RETURN(grammar, reply_grammar(api));

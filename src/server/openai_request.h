@@ -85,6 +85,11 @@ struct ApiRequest {
   std::optional<kvcache::KvSelectParams> kv_select;
 };
 
+// tool_choice required or a named function, with tools offered: the reply is a forced call.
+inline bool forces_tool_call(const ApiRequest& r) {
+  return r.chat && !r.tools.empty() && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed);
+}
+
 struct RequestLimits {
   int32_t vocab_size = 0;               // token ids in prompts and stop_token_ids must be below
   int64_t max_context = 0;              // max_tokens above it can never be produced: an error

@@ -28,27 +28,6 @@ TokenIndex::TokenIndex(const std::vector<std::string>& pieces)
   }
 }
 
-void TokenIndex::walk(const Grammar& g, int32_t node, size_t depth, std::vector<uint64_t>& bits,
-                      std::vector<MatchState>& scratch) const {
-  if (scratch.size() <= depth + 1) scratch.resize(depth + 2);
-  for (const auto& [byte, child] : nodes_[static_cast<size_t>(node)].children) {
-    advance(g, scratch[depth], byte, scratch[depth + 1]);
-    if (scratch[depth + 1].empty()) continue;
-    for (int32_t t : nodes_[static_cast<size_t>(child)].tokens) bits[static_cast<size_t>(t) / 64] |= uint64_t{1} << (t % 64);
-    if (!nodes_[static_cast<size_t>(child)].children.empty() && can_continue(scratch[depth + 1])) {
-      walk(g, child, depth + 1, bits, scratch);
-    }
-  }
-}
-
-void TokenIndex::allowed(const Grammar& g, const MatchState& s, std::vector<uint64_t>& bits,
-                         std::vector<MatchState>& scratch) const {
-  bits.assign((static_cast<size_t>(n_vocab_) + 63) / 64, 0);
-  if (scratch.empty()) scratch.resize(1);
-  scratch[0] = s;
-  walk(g, 0, 0, bits, scratch);
-}
-
 size_t CompiledGrammar::KeyHash::operator()(const std::vector<int32_t>& k) const {
   uint64_t h = 1469598103934665603ull;
   for (int32_t v : k) h = (h ^ static_cast<uint32_t>(v)) * 1099511628211ull;
@@ -59,16 +38,16 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenInd
     : grammar_(std::move(grammar)), index_(std::move(index)), initial_(initial_state(grammar_)) {}
 
 int32_t CompiledGrammar::intern(const MatchState& s) {
-  std::vector<int32_t> key;
-  state_key(s, key);
-  if (auto it = state_ids_.find(key); it != state_ids_.end()) return it->second;
+  state_key(s, key_);
+  if (auto it = state_ids_.find(key_); it != state_ids_.end()) return it->second;
   const int32_t id = static_cast<int32_t>(states_.size());
   states_.push_back(s);
   std::array<int32_t, 256> unknown;
   unknown.fill(-2);
   transitions_.push_back(unknown);
   continues_.push_back(can_continue(s) ? 1 : 0);
-  state_ids_.emplace(std::move(key), id);
+  masks_.emplace_back();
+  state_ids_.emplace(key_, id);
   return id;
 }
 
@@ -93,24 +72,24 @@ void CompiledGrammar::walk(int32_t node, int32_t state, std::vector<uint64_t>& b
 
 std::shared_ptr<const std::vector<uint64_t>> CompiledGrammar::mask(const MatchState& s) {
   std::lock_guard lock(mutex_);
-  state_key(s, key_);
-  if (auto it = cache_.find(key_); it != cache_.end()) {
-    ++stats_.mask_hits;
-    return it->second;
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  auto bits = std::make_shared<std::vector<uint64_t>>((static_cast<size_t>(index_->n_vocab()) + 63) / 64, 0);
   if (states_.size() >= kMaxStates) {
     states_.clear();
     state_ids_.clear();
     transitions_.clear();
     continues_.clear();
+    masks_.clear();
   }
-  walk(0, intern(s), *bits);
+  const int32_t id = intern(s);
+  if (masks_[static_cast<size_t>(id)]) {
+    ++stats_.mask_hits;
+    return masks_[static_cast<size_t>(id)];
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto bits = std::make_shared<std::vector<uint64_t>>((static_cast<size_t>(index_->n_vocab()) + 63) / 64, 0);
+  walk(0, id, *bits);
   stats_.mask_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++stats_.mask_misses;
-  if (cache_.size() >= kMaxCached) cache_.clear();
-  cache_.emplace(key_, bits);
+  masks_[static_cast<size_t>(id)] = bits;  // (the walk may have interned more states: index again)
   return bits;
 }
 
