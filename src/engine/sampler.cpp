@@ -21,7 +21,6 @@ Status SamplingParams::validate() const {
     if (!(bias >= -100.0f && bias <= 100.0f)) return Status::error("logit_bias: values must be in [-100, 100]");
   }
   return Status::ok();
-  return Status::ok();
 }
 
 int32_t argmax(std::span<const float> values) {
@@ -150,7 +149,8 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
 // the tokens with p >= min_p * p_max, i.e. logit >= max + log(min_p); the draw walks ids in order.
 int32_t Sampler::sample_unsorted(std::span<const float> logits) {
   const int64_t n = static_cast<int64_t>(logits.size());
-  const float max_logit = logits[static_cast<size_t>(argmax(logits))];
+  const int32_t best = argmax(logits);
+  const float max_logit = logits[static_cast<size_t>(best)];
   const float floor = params_.min_p > 0.0f ? max_logit + std::log(params_.min_p) : -INFINITY;
   double total = 0.0;
   for (int64_t i = 0; i < n; ++i) {
@@ -160,7 +160,7 @@ int32_t Sampler::sample_unsorted(std::span<const float> logits) {
   }
   const double r = rng_.uniform() * total;
   double cum = 0.0;
-  int32_t last = static_cast<int32_t>(argmax(logits));
+  int32_t last = best;
   for (int64_t i = 0; i < n; ++i) {
     if (probs_[i] == 0.0f) continue;
     cum += probs_[i];
