@@ -72,14 +72,16 @@ struct KvGeom {
   bool is_k;
   int64_t B, nkv, hd;
   int64_t block_bytes;
+  int64_t stride;      // bytes from block b to b + 1 (KvLayerView::block_stride, else block_bytes)
   int64_t code_bytes;  // per (token, head) row
   uint8_t* base;
 
   KvGeom(const KvLayerView& l, bool k)
       : dtype(l.dtype), nz(l.layout == KvLayoutKind::kNZ), is_k(k), B(l.block_size), nkv(l.n_kv_head),
-        hd(l.head_dim), block_bytes(k ? l.k_block_bytes() : l.v_block_bytes()), code_bytes(kv_code_bytes(l.dtype, l.head_dim)),
+        hd(l.head_dim), block_bytes(k ? l.k_block_bytes() : l.v_block_bytes()),
+        stride(l.block_stride > 0 ? l.block_stride : block_bytes), code_bytes(kv_code_bytes(l.dtype, l.head_dim)),
         base(static_cast<uint8_t*>(k ? l.k : l.v)) {}
-  uint8_t* block(int64_t b) const { return base + b * block_bytes; }
+  uint8_t* block(int64_t b) const { return base + b * stride; }
   // ND (and every quantized format): codes of row (t, h).
   int64_t row_offset(int64_t t, int64_t h) const { return (t * nkv + h) * code_bytes; }
   // Start of the f16 parameters after the codes:

@@ -339,7 +339,8 @@ void kv_block_nz_to_nd(KvDType dtype, const void* nz, void* nd, int64_t block_si
 }
 
 KvLayerBuffer::KvLayerBuffer(KvDType dtype, KvLayoutKind layout, int64_t num_blocks, int64_t block_size,
-                             int64_t n_kv_head, int64_t head_dim, int64_t stage_slots, bool k_only) {
+                             int64_t n_kv_head, int64_t head_dim, int64_t stage_slots, bool k_only,
+                             int64_t block_stride) {
   view_.k_only = k_only;
   view_.dtype = dtype;
   view_.layout = layout;
@@ -352,8 +353,14 @@ KvLayerBuffer::KvLayerBuffer(KvDType dtype, KvLayoutKind layout, int64_t num_blo
     CHECK(buffer.is_ok()) << buffer.status().message();
     return std::move(buffer).value();
   };
-  k_ = allocate(num_blocks * view_.k_block_bytes());
-  v_ = allocate(num_blocks * view_.v_block_bytes());
+  CHECK(block_stride == 0 || block_stride >= std::max(view_.k_block_bytes(), view_.v_block_bytes()));
+  view_.block_stride = block_stride;
+  k_ = allocate(num_blocks * (block_stride > 0 ? block_stride : view_.k_block_bytes()));
+  v_ = allocate(num_blocks * (block_stride > 0 ? block_stride : view_.v_block_bytes()));
+  if (block_stride > 0) {
+    std::memset(k_.data(), 0xFF, static_cast<size_t>(num_blocks * block_stride));
+    std::memset(v_.data(), 0xFF, static_cast<size_t>(num_blocks * block_stride));
+  }
   stage_ = allocate(kv_stage_bytes(dtype, block_size, n_kv_head, head_dim, stage_slots));
   view_.k = k_.data();
   view_.v = v_.data();

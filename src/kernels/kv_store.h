@@ -61,6 +61,10 @@ struct KvLayerView {
   // K only (MLA's latent cache): each token's one K row holds both what keys and values are
   // computed from (kernels/mla_attention.h); there are no V blocks (v may be null, 0 bytes).
   bool k_only = false;
+  // Bytes from one block of this layer's K (and V) to the next; 0: dense arrays (the block's
+  // own bytes). Pages of layer groups (kvcache/kv_cache_spec.h) interleave several layers'
+  // blocks, so their views stride by the page.
+  int64_t block_stride = 0;
 
   int64_t slot_elems() const { return n_kv_head * head_dim; }
   int64_t k_block_bytes() const { return kv_block_bytes_k(dtype, head_dim, block_size, n_kv_head); }
@@ -115,8 +119,10 @@ void kv_block_nz_to_nd(KvDType dtype, const void* nz, void* nd, int64_t block_si
 // cache outside the block pool. Zero-filled; stage reset. k_only: no V memory (MLA latent).
 class KvLayerBuffer {
  public:
+  // block_stride > 0: each block at that stride (>= its bytes; KvLayerView::block_stride),
+  // the bytes between blocks filled with 0xFF (NaN in every float format) so a stray read shows.
   KvLayerBuffer(KvDType dtype, KvLayoutKind layout, int64_t num_blocks, int64_t block_size, int64_t n_kv_head,
-                int64_t head_dim, int64_t stage_slots = 8, bool k_only = false);
+                int64_t head_dim, int64_t stage_slots = 8, bool k_only = false, int64_t block_stride = 0);
   KvLayerBuffer(const KvLayerBuffer&) = delete;
   KvLayerBuffer& operator=(const KvLayerBuffer&) = delete;
   const KvLayerView& view() const { return view_; }

@@ -134,7 +134,7 @@ void ForwardPass::forward_mla(const Batch& batch, std::span<const kernels::KvLay
     // Decoupled RoPE: the last dr values of each query head and of the latent row.
     kernels::rope(q + dn, batch.positions.data(), T, H, c.rope);
     kernels::rope(kv_a + r, batch.positions.data(), T, 1, latent_rope_);
-    kernels::store_kv(kv_layers[l], kv_a, nullptr, batch.slot_mapping.data(), T, isa_);
+    kernels::store_kv(kv_layers[l], kv_a, nullptr, batch.slots_of(l).data(), T, isa_);
     // Absorb W_UK into the queries, head by head: q_abs[t, h] = [W_UK[h]^T q_nope[t, h] | q_pe[t, h]].
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t t = 0; t < T; ++t) std::memcpy(head_in_.data() + t * dn, q + (t * H + h) * qh, dn * sizeof(float));
@@ -145,7 +145,7 @@ void ForwardPass::forward_mla(const Batch& batch, std::span<const kernels::KvLay
         std::memcpy(dst + r, q + (t * H + h) * qh + dn, dr * sizeof(float));
       }
     }
-    kernels::mla_attention(kv_layers[l], q_abs, batch.positions.data(), batch.seqs.data(),
+    kernels::mla_attention(kv_layers[l], q_abs, batch.positions.data(), batch.seqs_of(l).data(),
                            static_cast<int64_t>(batch.seqs.size()), attn, r, att_latent_.data(), pool_,
                            attention_scratch_, isa_);
     // Up-project each head's latent output to its value space: o[t, h] = W_UV[h] o_lat[t, h].

@@ -263,7 +263,7 @@ void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerVi
     kernels::rope(q_.data(), rope_positions, T, c.n_head, c.rope);
     if (owns_kv) {
       kernels::rope(k_.data(), rope_positions, T, c.n_kv_head, c.rope);
-      kernels::store_kv(kv_layers[l], k_.data(), v_.data(), batch.slot_mapping.data(), T, isa_);
+      kernels::store_kv(kv_layers[l], k_.data(), v_.data(), batch.slots_of(l).data(), T, isa_);
     }
     kernels::AttentionScores scores;  // this layer's slices of batch.scores
     if (batch.scores != nullptr) {
@@ -272,11 +272,11 @@ void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerVi
       scores.head_stride = batch.score_stride;
       scores.observe_from = batch.observe_from;
     }
-    kernels::paged_attention(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs.data(),
+    kernels::paged_attention(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs_of(l).data(),
                              static_cast<int64_t>(batch.seqs.size()), attn, att_.data(), pool_,
                              attention_scratch_, isa_);
     if (batch.scores != nullptr) {
-      kernels::paged_attention_scores(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs.data(),
+      kernels::paged_attention_scores(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs_of(l).data(),
                                       static_cast<int64_t>(batch.seqs.size()), attn, scores, pool_,
                                       attention_scratch_, isa_);
     }

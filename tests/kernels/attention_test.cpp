@@ -290,6 +290,34 @@ TEST(PagedAttention, NzIsBitIdenticalToNd) {
   }
 }
 
+// Layer groups' pages interleave layers, so a layer's blocks lie a page apart
+// (KvLayerView::block_stride): every dtype, both layouts and every ISA read the same bits as
+// from dense arrays, and never the NaN-filled bytes between blocks.
+TEST(PagedAttention, StridedBlocksAreBitIdenticalToDenseOnes) {
+  Rng rng(17);
+  for (KvDType dtype : kAllDTypes) {
+    for (KvLayoutKind layout : {KvLayoutKind::kND, KvLayoutKind::kNZ}) {
+      if (layout == KvLayoutKind::kNZ && kv_dtype_is_quantized(dtype)) continue;
+      for (auto [n_head, n_kv_head, head_dim] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 64}, {4, 4, 32}}) {
+        SCOPED_TRACE(std::string(kv_dtype_name(dtype)) + (layout == KvLayoutKind::kNZ ? " nz" : " nd") + " hd " +
+                     std::to_string(head_dim));
+        Scenario sc = make_scenario(rng, 16, n_head, n_kv_head, head_dim);
+        KvLayerBuffer dense(dtype, layout, sc.num_blocks, 16, n_kv_head, head_dim);
+        const int64_t stride = 3 * std::max(dense.view().k_block_bytes(), dense.view().v_block_bytes()) + 64;
+        KvLayerBuffer strided(dtype, layout, sc.num_blocks, 16, n_kv_head, head_dim, 8, false, stride);
+        store_all(sc, dense.view());
+        store_all(sc, strided.view());
+        for (Isa isa : isas_here()) {
+          const std::vector<float> a = run_fast(sc, dense.view(), isa, 2);
+          const std::vector<float> b = run_fast(sc, strided.view(), isa, 2);
+          ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << isa_name(isa);
+          for (float x : b) ASSERT_TRUE(std::isfinite(x));
+        }
+      }
+    }
+  }
+}
+
 // More partial int4 blocks than stage slots: sequences decoding in turn steal each other's
 // slot, so partial blocks are flushed and re-staged (with 1 slot: re-quantized on every store).
 // Attention stays equal to the reference and within int4's tolerance of exact attention

@@ -39,9 +39,9 @@ void ForwardPass::forward_gemma3(const Batch& batch, std::span<const kernels::Kv
     kernels::rmsnorm(k_.data(), w.k_norm.data(), k_.data(), T * c.n_kv_head, c.head_dim, c.rms_eps);
     kernels::rope(q_.data(), rope_positions, T, c.n_head, rope);
     kernels::rope(k_.data(), rope_positions, T, c.n_kv_head, rope);
-    kernels::store_kv(kv_layers[l], k_.data(), v_.data(), batch.slot_mapping.data(), T, isa_);
+    kernels::store_kv(kv_layers[l], k_.data(), v_.data(), batch.slots_of(l).data(), T, isa_);
     const kernels::AttentionParams attn = layer_attention(l, scale);
-    kernels::paged_attention(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs.data(),
+    kernels::paged_attention(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs_of(l).data(),
                              static_cast<int64_t>(batch.seqs.size()), attn, att_.data(), pool_, attention_scratch_,
                              isa_);
     if (batch.scores != nullptr) {
@@ -50,7 +50,7 @@ void ForwardPass::forward_gemma3(const Batch& batch, std::span<const kernels::Kv
       scores.seq_stride = c.n_layer * c.n_kv_head * batch.score_stride;
       scores.head_stride = batch.score_stride;
       scores.observe_from = batch.observe_from;
-      kernels::paged_attention_scores(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs.data(),
+      kernels::paged_attention_scores(kv_layers[l], q_.data(), batch.positions.data(), batch.seqs_of(l).data(),
                                       static_cast<int64_t>(batch.seqs.size()), attn, scores, pool_,
                                       attention_scratch_, isa_);
     }
