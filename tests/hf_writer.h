@@ -83,8 +83,8 @@ struct HfWriteOptions {
   nlohmann::json extra_config = nlohmann::json::object();  // merged into config.json
 };
 
-// The HF name of a GGUF tensor name (inverse of model::gguf_name_from_hf).
-inline std::string hf_name_from_gguf(const std::string& g) {
+// The HF name of a GGUF tensor name (inverse of model::gguf_name_from_hf; gemma: Gemma's four norms).
+inline std::string hf_name_from_gguf(const std::string& g, bool gemma = false) {
   static const std::map<std::string, std::string> top = {{"token_embd.weight", "model.embed_tokens.weight"},
                                                          {"output.weight", "lm_head.weight"},
                                                          {"output_norm.weight", "model.norm.weight"}};
@@ -97,11 +97,19 @@ inline std::string hf_name_from_gguf(const std::string& g) {
       {"attn_output.weight", "self_attn.o_proj.weight"}, {"attn_q_norm.weight", "self_attn.q_norm.weight"},
       {"attn_k_norm.weight", "self_attn.k_norm.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_up.weight", "mlp.up_proj.weight"},        {"ffn_down.weight", "mlp.down_proj.weight"}};
+  static const std::map<std::string, std::string> gemma_layer = {
+      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}};
   const size_t dot1 = g.find('.'), dot2 = g.find('.', dot1 + 1);
-  return "model.layers." + g.substr(dot1 + 1, dot2 - dot1 - 1) + "." + layer.at(g.substr(dot2 + 1));
+  const std::string rest = g.substr(dot2 + 1);
+  const std::string hf = gemma && gemma_layer.count(rest) ? gemma_layer.at(rest) : layer.at(rest);
+  return "model.layers." + g.substr(dot1 + 1, dot2 - dot1 - 1) + "." + hf;
 }
 
-// Writes `dir` (created) from a llama / qwen2 / qwen3 GGUF model with f32/f16/bf16 tensors.
+// Writes `dir` (created) from a llama / qwen2 / qwen3 / gemma3 GGUF model with f32/f16/bf16
+// tensors. gemma3: Gemma3ForCausalLM's keys, Gemma's norm names, norms stored as w - 1 (HF's
+// Gemma RMSNorm scales by 1 + w; GGUF files hold w + 1 already).
 inline void write_hf_folder(const model::GgufFile& gguf, const std::string& dir, const HfWriteOptions& o = {}) {
   std::filesystem::create_directories(dir);
   const std::string arch = *gguf.get_string("general.architecture");
@@ -110,7 +118,10 @@ inline void write_hf_folder(const model::GgufFile& gguf, const std::string& dir,
   const int64_t n_kv_head = gguf.get_int(p + "attention.head_count_kv").value_or(n_head);
   const int64_t head_dim = gguf.get_int(p + "attention.key_length").value_or(n_embd / n_head);
   nlohmann::json config = {
-      {"architectures", {arch == "llama" ? "LlamaForCausalLM" : arch == "qwen2" ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM"}},
+      {"architectures", {arch == "llama"   ? "LlamaForCausalLM"
+                         : arch == "qwen2" ? "Qwen2ForCausalLM"
+                         : arch == "gemma3" ? "Gemma3ForCausalLM"
+                                            : "Qwen3ForCausalLM"}},
       {"hidden_size", n_embd},
       {"num_hidden_layers", *gguf.get_int(p + "block_count")},
       {"num_attention_heads", n_head},
@@ -120,11 +131,21 @@ inline void write_hf_folder(const model::GgufFile& gguf, const std::string& dir,
       {"max_position_embeddings", gguf.get_int(p + "context_length").value_or(2048)},
       {"rms_norm_eps", gguf.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5)},
       {"rope_theta", gguf.get_float(p + "rope.freq_base").value_or(10000.0)},
-      {"hidden_act", "silu"},
-      {"tie_word_embeddings", o.tie},
+      {"tie_word_embeddings", o.tie || gguf.find_tensor("output.weight") == nullptr},
       {"torch_dtype", o.dtype == "F32" ? "float32" : o.dtype == "F16" ? "float16" : "bfloat16"},
   };
+  const bool gemma = arch == "gemma3";
   if (auto w = gguf.get_int(p + "attention.sliding_window")) config["sliding_window"] = *w;
+  if (gemma) {
+    config["model_type"] = "gemma3_text";
+    config["hidden_activation"] = "gelu_pytorch_tanh";
+    config["query_pre_attn_scalar"] = head_dim;
+    config["rope_local_base_freq"] = gguf.get_float(p + "rope.freq_base_swa").value_or(10000.0);
+    if (auto n = gguf.get_int(p + "attention.sliding_window_pattern")) config["sliding_window_pattern"] = *n;
+    if (auto cap = gguf.get_float(p + "final_logit_softcapping")) config["final_logit_softcapping"] = *cap;
+  } else {
+    config["hidden_act"] = "silu";
+  }
   const model::GgufTensorInfo* emb = gguf.find_tensor("token_embd.weight");
   config["vocab_size"] = emb->dims[1];
   config.update(o.extra_config);
@@ -150,8 +171,11 @@ inline void write_hf_folder(const model::GgufFile& gguf, const std::string& dir,
       }
       v = std::move(hf);
     }
+    if (gemma && t.dims.size() == 1 && t.name.ends_with("norm.weight")) {
+      for (float& x : v) x -= 1.0f;
+    }
     const std::string dtype = o.vectors_f32 && t.dims.size() == 1 ? "F32" : o.dtype;
-    tensors.push_back({hf_name_from_gguf(t.name), dtype, {t.dims.rbegin(), t.dims.rend()}, encode(v, dtype)});
+    tensors.push_back({hf_name_from_gguf(t.name, gemma), dtype, {t.dims.rbegin(), t.dims.rend()}, encode(v, dtype)});
   }
   if (o.shards <= 1) {
     write_bytes(dir + "/model.safetensors", safetensors_bytes(tensors, {{"format", "pt"}}));

@@ -18,6 +18,7 @@
 #include "model/format/hf_checkpoint.h"
 #include "model/model_factory.h"
 #include "reference_forward.h"
+#include "reference_gemma3.h"
 
 namespace pagoda {
 namespace {
@@ -219,6 +220,72 @@ TEST(HfForward, RopeScalingMatchesReference) {
   ASSERT_TRUE(gguf->add_tensor("rope_freqs.weight", {8}, model::kGgmlTypeF32, divisors.data(), 32).is_ok());
   const std::vector<double> want = reference_logits(*gguf, shape, tokens, {}, l3);
   EXPECT_LT(max_relative_error(gguf_logits(std::move(gguf).value(), tokens), want, shape.n_vocab), 2e-4);
+}
+
+// Gemma 3 folders (Gemma3ForCausalLM: Gemma's norm names, norms stored as w with (1 + w)
+// applied, GeGLU, sliding layers from sliding_window_pattern or layer_types, the local RoPE
+// base, soft-capping) run as their GGUF twins and the float64 reference.
+TEST(HfForward, Gemma3FoldersMatchTheirGgufTwins) {
+  model::ModelShape capped = model::find_model_shape("tiny-gemma3").value();
+  capped.logit_softcap = 3.0f;
+  struct Case {
+    const char* label;
+    model::ModelShape shape;
+    const char* dtype;
+    nlohmann::json extra;
+  };
+  const std::vector<Case> cases = {
+      {"pattern 3 f32", model::find_model_shape("tiny-gemma3").value(), "F32", nlohmann::json::object()},
+      {"softcap 3, layer_types, bf16", capped, "BF16",
+       {{"layer_types", {"sliding_attention", "sliding_attention", "full_attention", "sliding_attention"}},
+        {"sliding_window_pattern", nullptr}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    auto gguf = model::make_random_model(c.shape, DType::kF32, 41);
+    ASSERT_TRUE(gguf.is_ok()) << gguf.status().message();
+    const std::string dir = fresh_dir("gemma3");
+    testing::write_hf_folder(*gguf, dir, {.dtype = c.dtype, .vectors_f32 = true, .extra_config = c.extra});
+    const auto tokens = test_tokens(c.shape.n_vocab);
+    const std::vector<double> want = reference::gemma3_reference_logits(*gguf, tokens);
+    const std::vector<float> from_gguf = gguf_logits(std::move(gguf).value(), tokens);
+    const std::vector<float> from_hf = hf_logits(dir, tokens);
+    ASSERT_EQ(from_hf.size(), want.size());
+    if (std::string(c.dtype) == "F32") {
+      EXPECT_LT(max_relative_error(from_hf, to_double(from_gguf), c.shape.n_vocab), 1e-4);
+      EXPECT_LT(max_relative_error(from_hf, want, c.shape.n_vocab), 2e-4);
+    } else {  // bf16 matrices: the folder's weights are rounded, the GGUF's are not
+      EXPECT_LT(max_relative_error(from_hf, to_double(from_gguf), c.shape.n_vocab), 5e-2);
+    }
+    // The GGUF `convert` would write from it reads back as the same model.
+    auto ck = model::HfCheckpoint::open(dir);
+    ASSERT_TRUE(ck.is_ok()) << ck.status().message();
+    auto cfg = model::config_from_gguf(ck->metadata());
+    ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
+    EXPECT_EQ(cfg->layer_window, ck->config().model.layer_window);
+    EXPECT_EQ(cfg->rope_local.freq_base, ck->config().model.rope_local.freq_base);
+    EXPECT_EQ(cfg->final_logit_softcap, ck->config().model.final_logit_softcap);
+    EXPECT_EQ(cfg->attn_scale, ck->config().model.attn_scale);
+  }
+}
+
+TEST(HfForward, Gemma3ConfigsPagodaCannotRunAreRefused) {
+  auto gguf = model::make_random_model(model::find_model_shape("tiny-gemma3").value(), DType::kF32, 41);
+  ASSERT_TRUE(gguf.is_ok());
+  const std::vector<std::pair<nlohmann::json, std::string>> cases = {
+      {{{"hidden_activation", "silu"}}, "hidden_activation"},
+      {{{"attn_logit_softcapping", 50.0}}, "attn_logit_softcapping"},
+      {{{"query_pre_attn_scalar", 100}}, "query_pre_attn_scalar"},
+      {{{"layer_types", {"sliding_attention"}}}, "layer_types"},
+      {{{"layer_types", {"chunked", "full_attention", "full_attention", "full_attention"}}}, "chunked"},
+  };
+  for (const auto& [patch, word] : cases) {
+    const std::string dir = fresh_dir("gemma3-bad");
+    testing::write_hf_folder(*gguf, dir, {.extra_config = patch});
+    auto ck = model::HfCheckpoint::open(dir);
+    ASSERT_FALSE(ck.is_ok()) << patch.dump();
+    EXPECT_NE(ck.status().message().find(word), std::string::npos) << ck.status().message();
+  }
 }
 
 }  // namespace

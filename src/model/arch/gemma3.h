@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/format/gguf.h"
@@ -38,6 +39,16 @@ namespace arch {
 
 // The gemma3 keys over the common ones config_from_gguf has read (p = "gemma3.").
 Status read_gemma3_gguf(const GgufFile& file, const std::string& p, ModelConfig& config);
+
+// What both readers (GGUF, config.json) set from the family's own values: the window of the
+// sliding layers (sliding: [n_layer], empty: every layer; window 0: none slides), the local
+// RoPE base, the final soft-cap (0: none), the embedding scale, norms, GeGLU, attn_scale.
+Status finish_gemma3_config(ModelConfig& config, int64_t window, const std::vector<bool>& sliding, double base_swa,
+                            double softcap);
+
+// The width whose 1/sqrt scales the queries: n_embd / n_head for the 62-layer (27B) model,
+// head_dim otherwise (llama.cpp; Google's query_pre_attn_scalar).
+inline int64_t gemma3_attn_scale_width(const ModelConfig& c) { return c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim; }
 
 // A random gemma3 file of `shape` (head_dim, sliding_window and sliding_pattern from the shape;
 // norm weights random in [0.5, 1.5] so that every norm matters; tied output unless

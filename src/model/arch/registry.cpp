@@ -58,6 +58,7 @@ std::vector<ArchInfo> make_table() {
   {
     ArchInfo a;  // interleaved sliding/global layers, GeGLU, four norms (arch/gemma3.h)
     a.gguf_name = "gemma3";
+    a.hf_classes = {"Gemma3ForCausalLM"};
     a.hf_model_types = {"gemma3_text"};
     a.arch = Arch::kGemma3;
     a.gguf_rope = RopeStyle::kNeoxHalves;

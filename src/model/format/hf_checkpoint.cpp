@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "kernels/quant.h"
+#include "model/arch/registry.h"
 
 namespace pagoda::model {
 
@@ -54,7 +56,7 @@ Result<std::map<std::string, std::vector<std::string>>> read_index(const fs::pat
 
 }  // namespace
 
-std::optional<std::string> gguf_name_from_hf(std::string_view n) {
+std::optional<std::string> gguf_name_from_hf(std::string_view n, bool four_norms) {
   static constexpr std::pair<std::string_view, std::string_view> kTop[] = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"lm_head.weight", "output.weight"},
@@ -87,6 +89,18 @@ std::optional<std::string> gguf_name_from_hf(std::string_view n) {
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
   };
+  // Gemma 2/3: post_attention_layernorm is the norm *after* attention (before the residual
+  // add), pre/post_feedforward_layernorm wrap the FFN.
+  static constexpr std::pair<std::string_view, std::string_view> kFourNorms[] = {
+      {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+      {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+  };
+  if (four_norms) {
+    for (const auto& [hf, gguf] : kFourNorms) {
+      if (n == hf) return "blk." + layer + "." + std::string(gguf);
+    }
+  }
   for (const auto& [hf, gguf] : kLayer) {
     if (n == hf) return "blk." + layer + "." + std::string(gguf);
   }
@@ -110,7 +124,8 @@ Status HfCheckpoint::add_file(SafetensorsFile file, const std::vector<std::strin
   }
   for (const SafetensorsTensor& t : file.tensors()) {
     if (only != nullptr && !wanted.contains(t.name)) continue;
-    std::optional<std::string> name = gguf_name_from_hf(t.name);
+    const arch::ArchInfo& family = arch::info(config_.model.arch);
+    std::optional<std::string> name = gguf_name_from_hf(t.name, family.four_norms);
     if (!name.has_value()) {
       if (t.name.ends_with("rotary_emb.inv_freq")) continue;  // recomputed from config.json
       return Status::invalid_argument(file.path() + ": unexpected tensor '" + t.name +
@@ -125,7 +140,22 @@ Status HfCheckpoint::add_file(SafetensorsFile file, const std::vector<std::strin
     ref.data = file.tensor_data(t);
     const size_t bytes = t.end - t.begin;
     const size_t elem = safetensors_dtype_size(t.dtype_name);
-    if (reinterpret_cast<uintptr_t>(ref.data) % elem != 0) {  // never for files the safetensors library writes
+    if (family.four_norms && t.shape.size() == 1 && name->ends_with("norm.weight")) {
+      // Gemma's RMSNorm scales by (1 + w): the weight as llama.cpp's converter stores it
+      // (w + 1, in f32), which the forward pass uses as it is.
+      if (!ref.dtype || (*ref.dtype != DType::kF32 && *ref.dtype != DType::kF16 && *ref.dtype != DType::kBF16)) {
+        return Status::invalid_argument(file.path() + ": norm '" + t.name + "' is " + t.dtype_name + ", not F32/F16/BF16");
+      }
+      const int64_t n = t.shape[0];
+      PAGODA_ASSIGN_OR_RETURN(AlignedBuffer plus_one, AlignedBuffer::allocate(static_cast<size_t>(n) * sizeof(float)));
+      auto* out = reinterpret_cast<float*>(plus_one.data());
+      kernels::dequantize_row(*ref.dtype, ref.data, out, n);
+      for (int64_t i = 0; i < n; ++i) out[i] += 1.0f;
+      ref.data = plus_one.data();
+      ref.dtype = DType::kF32;
+      ref.type_name = "F32";
+      copies_.push_back(std::move(plus_one));
+    } else if (reinterpret_cast<uintptr_t>(ref.data) % elem != 0) {  // never for files the safetensors library writes
       PAGODA_ASSIGN_OR_RETURN(AlignedBuffer copy, AlignedBuffer::allocate(bytes));
       std::memcpy(copy.data(), ref.data, bytes);
       ref.data = copy.data();
@@ -195,6 +225,27 @@ GgufFile HfCheckpoint::metadata() const {
   }
   if (!m.rope.freq_factors.empty()) f.set("pagoda.rope.freq_factors", GgufValue::f32_array(m.rope.freq_factors));
   if (m.sliding_window > 0) f.set(a + "attention.sliding_window", GgufValue::of_i64(m.sliding_window));
+  if (m.has_layer_windows()) {  // Gemma 3: the sliding layers' window, which layers, their RoPE base
+    std::vector<bool> sliding;
+    int64_t window = 0;
+    for (int64_t w : m.layer_window) {
+      sliding.push_back(w > 0);
+      window = std::max(window, w);
+    }
+    f.set(a + "attention.sliding_window", GgufValue::of_i64(window));
+    int64_t period = 0;  // an integer pattern where there is one (llama.cpp reads only that)
+    for (int64_t n = 1; n <= m.n_layer && period == 0; ++n) {
+      if (sliding == sliding_pattern(m.n_layer, n)) period = n;
+    }
+    if (period > 0) {
+      f.set(a + "attention.sliding_window_pattern", GgufValue::of_u32(static_cast<uint32_t>(period)));
+    } else {
+      std::vector<uint8_t> raw(sliding.begin(), sliding.end());
+      f.set(a + "attention.sliding_window_pattern", GgufValue::numeric_array(GgufType::kBool, std::move(raw)));
+    }
+    f.set(a + "rope.freq_base_swa", GgufValue::of_f32(m.rope_local.freq_base));
+  }
+  if (m.final_logit_softcap > 0) f.set(a + "final_logit_softcapping", GgufValue::of_f32(m.final_logit_softcap));
   f.set("pagoda.weights_digest", GgufValue::of_u64(weights_digest_));
   return f;
 }

@@ -41,7 +41,7 @@
 namespace pagoda::model {
 
 // The GGUF name of a Hugging Face tensor name, or nullopt for names not in the map.
-std::optional<std::string> gguf_name_from_hf(std::string_view hf_name);
+std::optional<std::string> gguf_name_from_hf(std::string_view hf_name, bool four_norms = false);
 
 // True if `path` is a folder holding config.json.
 bool is_hf_model_dir(const std::string& path);

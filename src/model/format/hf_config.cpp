@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "model/arch/gemma3.h"
 #include "model/arch/registry.h"
 
 namespace pagoda::model {
@@ -74,6 +75,45 @@ Status read_rope_scaling(const json& j, ModelConfig& c) {
   return Status::invalid_argument("unsupported rope_scaling type '" + t + "' (supported: linear, llama3)");
 }
 
+// Gemma 3's own keys (Gemma3ForCausalLM, model_type gemma3_text): sliding_window (null:
+// none), which layers slide from layer_types ("sliding_attention" / "full_attention") or
+// sliding_window_pattern (layer i slides unless (i + 1) % n == 0; default 6), rope_local_base_freq
+// (default 10000; the global layers keep rope_theta and rope_scaling), final_logit_softcapping
+// (null: none), query_pre_attn_scalar (must be the width llama.cpp scales by), no
+// attn_logit_softcapping.
+Status read_gemma3_hf(const json& j, ModelConfig& c) {
+  PAGODA_ASSIGN_OR_RETURN(int64_t window, get_int(j, "sliding_window", 0));
+  if (window < 0) return Status::invalid_argument("negative sliding_window");
+  std::vector<bool> sliding;
+  if (const json* types = get(j, "layer_types")) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c.n_layer) {
+      return Status::invalid_argument("'layer_types' is not a list of num_hidden_layers entries");
+    }
+    for (const json& t : *types) {
+      if (t != "sliding_attention" && t != "full_attention") {
+        return Status::invalid_argument("layer type " + t.dump() + " (supported: sliding_attention, full_attention)");
+      }
+      sliding.push_back(t == "sliding_attention");
+    }
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(int64_t pattern, get_int(j, "sliding_window_pattern", 6));
+    if (pattern < 1) return Status::invalid_argument("sliding_window_pattern must be >= 1");
+    sliding = sliding_pattern(c.n_layer, pattern);
+  }
+  if (get(j, "attn_logit_softcapping") != nullptr) {
+    return Status::invalid_argument("attn_logit_softcapping (Gemma 2's attention soft-cap) is not supported");
+  }
+  PAGODA_ASSIGN_OR_RETURN(double base_swa, get_float(j, "rope_local_base_freq", 10000.0));
+  PAGODA_ASSIGN_OR_RETURN(double softcap, get_float(j, "final_logit_softcapping", 0.0));
+  PAGODA_RETURN_IF_ERROR(arch::finish_gemma3_config(c, window, sliding, base_swa, softcap));
+  PAGODA_ASSIGN_OR_RETURN(double scalar, get_float(j, "query_pre_attn_scalar", static_cast<double>(arch::gemma3_attn_scale_width(c))));
+  if (scalar != static_cast<double>(arch::gemma3_attn_scale_width(c))) {
+    return Status::invalid_argument("query_pre_attn_scalar " + std::to_string(scalar) + " is not " +
+                                    std::to_string(arch::gemma3_attn_scale_width(c)) + ", the width llama.cpp and Pagoda scale by");
+  }
+  return Status::ok();
+}
+
 Result<HfConfig> parse(const json& j) {
   if (!j.is_object()) return Status::invalid_argument("not a JSON object");
   HfConfig h;
@@ -95,12 +135,16 @@ Result<HfConfig> parse(const json& j) {
   c.arch_name = std::string(a->gguf_name);
   c.has_qkv_bias = a->qkv_bias;
   c.has_qk_norm = a->qk_norm;
-  if (const json* act = get(j, "hidden_act"); act != nullptr && *act != "silu") {
-    return Status::invalid_argument("unsupported hidden_act " + act->dump() + " (supported: silu)");
+  // Gemma: GeGLU with tanh GELU (hidden_activation, the older hidden_act); the others SwiGLU.
+  const char* want_act = a->four_norms ? "gelu_pytorch_tanh" : "silu";
+  for (const char* key : {"hidden_act", "hidden_activation"}) {
+    if (const json* act = get(j, key); act != nullptr && *act != want_act) {
+      return Status::invalid_argument(std::string("unsupported ") + key + " " + act->dump() + " (supported: " + want_act + ")");
+    }
   }
   PAGODA_ASSIGN_OR_RETURN(bool mlp_bias, get_bool(j, "mlp_bias", false));
   if (mlp_bias) return Status::invalid_argument("mlp_bias is not supported");
-  PAGODA_ASSIGN_OR_RETURN(h.tie_word_embeddings, get_bool(j, "tie_word_embeddings", false));
+  PAGODA_ASSIGN_OR_RETURN(h.tie_word_embeddings, get_bool(j, "tie_word_embeddings", a->tied_by_default));
   PAGODA_ASSIGN_OR_RETURN(c.n_embd, get_int(j, "hidden_size", std::nullopt));
   PAGODA_ASSIGN_OR_RETURN(c.n_layer, get_int(j, "num_hidden_layers", std::nullopt));
   PAGODA_ASSIGN_OR_RETURN(c.n_head, get_int(j, "num_attention_heads", std::nullopt));
@@ -116,7 +160,7 @@ Result<HfConfig> parse(const json& j) {
   if (c.head_dim <= 0 || c.head_dim % 2 != 0 || c.head_dim > 4096) {
     return Status::invalid_argument("bad head_dim " + std::to_string(c.head_dim));
   }
-  PAGODA_ASSIGN_OR_RETURN(double eps, get_float(j, "rms_norm_eps", 1e-6));
+  PAGODA_ASSIGN_OR_RETURN(double eps, get_float(j, "rms_norm_eps", 1e-6));  // (Gemma's default too)
   c.rms_eps = static_cast<float>(eps);
   PAGODA_ASSIGN_OR_RETURN(double theta, get_float(j, "rope_theta", 10000.0));
   c.rope.freq_base = static_cast<float>(theta);
@@ -136,6 +180,7 @@ Result<HfConfig> parse(const json& j) {
     PAGODA_ASSIGN_OR_RETURN(c.sliding_window, get_int(j, "sliding_window", 0));  // null: none
     if (c.sliding_window < 0) return Status::invalid_argument("negative sliding_window");
   }
+  if (a->arch == Arch::kGemma3) PAGODA_RETURN_IF_ERROR(read_gemma3_hf(j, c));
   PAGODA_RETURN_IF_ERROR(validate_config(c));
   return h;
 }

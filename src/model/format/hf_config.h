@@ -3,6 +3,8 @@
 //   LlamaForCausalLM, MistralForCausalLM   llama  (Mistral: sliding_window)
 //   Qwen2ForCausalLM                       qwen2  (q/k/v bias)
 //   Qwen3ForCausalLM                       qwen3  (q/k RMSNorm per head)
+//   Gemma3ForCausalLM                      gemma3 (GeGLU, four norms, sliding layers: the keys
+//                                          at read_gemma3_hf in hf_config.cpp)
 //
 // All of them apply RoPE with rotate_half, i.e. pairs (i, i + rot/2): RopeStyle::kNeoxHalves
 // (GGUF llama files instead hold Q/K rows permuted for adjacent pairs; HF weights are used as
@@ -12,7 +14,7 @@
 // (null, "default", "linear": factor, "llama3": factor, low_freq_factor, high_freq_factor,
 // original_max_position_embeddings), tie_word_embeddings, sliding_window (null: none),
 // attention_bias and mlp_bias (must be false: those biases include o_proj / down_proj, which
-// the forward pass has not), hidden_act (must be silu).
+// the forward pass has not), hidden_act (must be silu; Gemma: hidden_activation gelu_pytorch_tanh).
 #pragma once
 
 #include <string>

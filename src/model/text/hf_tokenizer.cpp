@@ -36,7 +36,14 @@ Status read_normalizer(const json& normalizer, Vocab& v) {
     return Status::ok();
   }
   if (type == "Sequence" && normalizer.value("normalizers", json::array()).empty()) return Status::ok();
-  // SentencePiece-style text: Prepend("▁") + Replace(" ", "▁"), or the Replace alone.
+  // SentencePiece-style text: Prepend("▁") + Replace(" ", "▁"), or the Replace alone (in a
+  // Sequence, or bare as Gemma's tokenizer.json has it).
+  if (type == "Replace" && normalizer.value("content", "") == "\u2581" && normalizer.contains("pattern") &&
+      normalizer["pattern"].value("String", "") == " ") {
+    v.byte_level = false;
+    v.add_space_prefix = false;
+    return Status::ok();
+  }
   if (type == "Sequence") {
     const json& steps = normalizer["normalizers"];
     size_t i = 0;
@@ -51,11 +58,18 @@ Status read_normalizer(const json& normalizer, Vocab& v) {
     }
   }
   return Status::invalid_argument("tokenizer.json: normalizer " + normalizer.dump().substr(0, 200) +
-                                  " is not supported (supported: none, NFC, Prepend(\u2581)+Replace(' ', \u2581))");
+                                  " is not supported (supported: none, NFC, Prepend(\u2581)+Replace(' ', \u2581), Replace(' ', \u2581))");
 }
 
-Status read_pre_step(const json& step, Vocab& v, bool& byte_level_step) {
+// spaces_replaced: the normalizer has already turned every space into ▁.
+Status read_pre_step(const json& step, Vocab& v, bool& byte_level_step, bool spaces_replaced) {
   const std::string type = type_of(step);
+  // Splitting on a space after every space became ▁ splits nothing (Gemma: Split(" ",
+  // MergedWithPrevious) after Replace(" ", ▁)).
+  if (type == "Split" && spaces_replaced && !step.value("invert", false) && step.contains("pattern") &&
+      step["pattern"].is_object() && step["pattern"].value("String", "") == " ") {
+    return Status::ok();
+  }
   if (type == "ByteLevel") {
     byte_level_step = true;
     if (step.value("add_prefix_space", false)) {
@@ -203,14 +217,15 @@ Result<HfTokenizer> load(const std::string& dir) {
   }
 
   PAGODA_RETURN_IF_ERROR(read_normalizer(j.value("normalizer", json()), v).with_context(dir));
+  const bool spaces_replaced = !v.byte_level;
   bool byte_level_step = false;
   const json pre = j.value("pre_tokenizer", json());
   if (type_of(pre) == "Sequence") {
     for (const json& step : pre.value("pretokenizers", json::array())) {
-      PAGODA_RETURN_IF_ERROR(read_pre_step(step, v, byte_level_step).with_context(dir));
+      PAGODA_RETURN_IF_ERROR(read_pre_step(step, v, byte_level_step, spaces_replaced).with_context(dir));
     }
   } else if (!pre.is_null()) {
-    PAGODA_RETURN_IF_ERROR(read_pre_step(pre, v, byte_level_step).with_context(dir));
+    PAGODA_RETURN_IF_ERROR(read_pre_step(pre, v, byte_level_step, spaces_replaced).with_context(dir));
   }
   if (v.byte_level && !byte_level_step && type_of(j.value("decoder", json())) != "ByteLevel") {
     return Status::invalid_argument(dir + "/tokenizer.json: a BPE model that is neither byte-level (ByteLevel pre-tokenizer or decoder) nor SentencePiece-style (Replace ' ' by \u2581) is not supported");

@@ -15,6 +15,19 @@ namespace pagoda::model {
 namespace {
 
 constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581 "▁"
+
+std::string unescape_spaces(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, kSpaceMarker.size(), kSpaceMarker) == 0) {
+      out.push_back(' ');
+      i += kSpaceMarker.size();
+    } else {
+      out.push_back(text[i++]);
+    }
+  }
+  return out;
+}
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
 // Scans one UTF-8 character at the start of `s` (non-empty). Returns n > 0 when a well-formed
@@ -95,21 +108,16 @@ Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
           byte_level_decode(text, pieces_[id]);
           break;
         }
-        for (size_t i = 0; i < text.size();) {
-          if (text.compare(i, kSpaceMarker.size(), kSpaceMarker) == 0) {
-            pieces_[id].push_back(' ');
-            i += kSpaceMarker.size();
-          } else {
-            pieces_[id].push_back(text[i++]);
-          }
-        }
+        pieces_[id] = unescape_spaces(text);
         break;
       case TokenType::kByte:
         CHECK(parse_byte_token(text, byte)) << "validated vocab has a bad byte token " << id;
         pieces_[id] = std::string(1, static_cast<char>(byte));
         break;
       case TokenType::kUserDefined:
-        pieces_[id] = text;
+        // SentencePiece-style text: an added token's ▁ is a space too, as Hugging Face's
+        // decoder (Replace ▁ by ' ') reads Gemma's whitespace tokens ("▁▁", ...).
+        pieces_[id] = vocab_.byte_level ? text : unescape_spaces(text);
         break;
       case TokenType::kUnknown:
       case TokenType::kControl:
