@@ -76,7 +76,7 @@ def pagoda_greedy(pagoda, model, n, repeat, kv):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="xc-llama:f32,xc-qwen3:f32,xc-mla:f32,xc-gemma3:f32,gemma3-270m:f32")
+    ap.add_argument("--models", default="xc-llama:f32,xc-qwen3:f32,xc-mla:f32,xc-gemma3:f32,gemma3-270m:f32,xc-qwen3moe:f32")
     ap.add_argument("-n", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=16)
     ap.add_argument("--logit-scale", type=float, default=3.0)

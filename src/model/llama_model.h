@@ -45,6 +45,11 @@ struct LayerWeights {
   std::vector<float> kv_a_norm;       // [r]
   std::vector<float> wk_b;            // [n_head, r, dn] f32: q_nope -> latent (absorbed W_UK^T)
   std::vector<float> wv_b;            // [n_head, dv, r] f32: latent -> value (W_UV)
+  // Mixture of experts (model/moe.h; w_gate, w_up, w_down unused).
+  kernels::WeightView w_router;                  // [n_expert, n_embd] (ffn_gate_inp)
+  std::vector<kernels::WeightView> w_gate_exp;   // [n_expert] of [n_ff_exp, n_embd]
+  std::vector<kernels::WeightView> w_up_exp;     // [n_expert] of [n_ff_exp, n_embd]
+  std::vector<kernels::WeightView> w_down_exp;   // [n_expert] of [n_embd, n_ff_exp]
 };
 
 class LlamaModel {
@@ -62,7 +67,9 @@ class LlamaModel {
   const kernels::WeightView& output() const { return output_; }               // [n_vocab, n_embd]
   const std::vector<float>& output_norm() const { return output_norm_; }
   const LayerWeights& layer(int64_t l) const { return layers_[l]; }
-  int64_t weight_bytes() const;  // bytes of all tensors read per token (the decode floor)
+  // Bytes of all tensors: what a dense model reads per token (the decode floor); a MoE model's
+  // every expert, of which a token reads n_expert_used.
+  int64_t weight_bytes() const;
   // Rounds every F16 weight matrix (token embeddings and output included, a tied one once) to
   // BF16 in place, nearest even: the values the bf16 GEMM multiplies F16 weights at
   // (kernels/matmul_bf16.h), so its results do not change, it reads the rows without
@@ -112,7 +119,8 @@ class ForwardPass {
 
  private:
   void embed(const Batch& batch);                       // x_ = embeddings of the batch's tokens
-  void feed_forward(const LayerWeights& w, int64_t T);  // x_ += SwiGLU(rmsnorm(x_))
+  void feed_forward(const LayerWeights& w, int64_t T);  // x_ += SwiGLU(rmsnorm(x_)), or the experts'
+  void feed_forward_moe(const LayerWeights& w, int64_t T);  // model/moe.h (moe.cpp)
   void classify(const Batch& batch, float* logits);     // logits of batch.logit_rows
   // deepseek2 (deepseek2_model.cpp): MLA attention in the absorbed form, then the dense FFN.
   void forward_mla(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits);
@@ -148,6 +156,17 @@ class ForwardPass {
   std::vector<float> att_latent_;  // [max_tokens, n_head, kv_lora_rank] attention output, latent
   std::vector<float> head_in_;     // [max_tokens, max(dn, r)] one head's rows, gathered
   std::vector<float> head_out_;    // [max_tokens, max(r, dv)]
+  // MoE only (empty otherwise); k = n_expert_used. gate_ and up_ are then [max_tokens,
+  // max(n_ff, n_ff_exp)].
+  std::vector<float> router_;          // [max_tokens, n_expert] router logits
+  std::vector<int32_t> route_ids_;     // [max_tokens, k] selected experts
+  std::vector<float> route_weights_;   // [max_tokens, k] their weights
+  std::vector<int64_t> expert_begin_;  // [n_expert + 1] first row of each expert
+  std::vector<int64_t> expert_fill_;   // [n_expert] counting-sort cursors
+  std::vector<int32_t> expert_rows_;   // [max_tokens * k] (token * k + slot) by expert
+  std::vector<float> moe_in_;          // [max_tokens, n_embd] one expert's gathered rows
+  std::vector<float> moe_out_;         // [max_tokens, n_embd] its outputs
+  std::vector<float> moe_acc_;         // [max_tokens, n_embd] the weighted sum
 };
 
 // Widest input / output of any matmul of the model (sizes the Matmul scratch).

@@ -143,6 +143,12 @@ Status validate_config(const ModelConfig& c) {
       return Status::error("bad RoPE of the sliding-window layers");
     }
   }
+  if (c.n_expert != 0 || c.n_expert_used != 0) {
+    if (c.n_expert < 1 || c.n_expert > 4096 || c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.n_ff_exp < 1) {
+      return Status::error("bad mixture of experts: " + std::to_string(c.n_expert) + " experts, " +
+                           std::to_string(c.n_expert_used) + " used per token, width " + std::to_string(c.n_ff_exp));
+    }
+  }
   if (c.n_vocab <= 0) return Status::error("cannot tell the vocabulary size");
   if (c.n_vocab > (int64_t{1} << 24)) return Status::error("bad vocabulary size " + std::to_string(c.n_vocab));
   if (c.n_ctx_train <= 0) return Status::error("bad context length " + std::to_string(c.n_ctx_train));
@@ -253,6 +259,15 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file) {
     PAGODA_ASSIGN_OR_RETURN(c.rope.freq_factors, read_rope_freqs(file, c.rope.rot_dim));
   }
   if (a->mla) PAGODA_RETURN_IF_ERROR(read_mla_config(file, p, yarn_attn_mscale(yarn), c));
+  if (a->moe) {  // {arch}.expert_count, expert_used_count, expert_feed_forward_length (model/moe.h)
+    PAGODA_ASSIGN_OR_RETURN(c.n_expert, require_int(file, p + "expert_count"));
+    PAGODA_ASSIGN_OR_RETURN(c.n_expert_used, require_int(file, p + "expert_used_count"));
+    c.n_ff_exp = file.get_int(p + "expert_feed_forward_length").value_or(c.n_expert_used > 0 ? c.n_ff / c.n_expert_used : 0);
+    if (auto gating = file.get_int(p + "expert_gating_func"); gating && *gating != 1) {
+      return Status::error(p + "expert_gating_func " + std::to_string(*gating) + " (Pagoda's " + c.arch_name +
+                           " gates by softmax, 1)");
+    }
+  }
   if (a->read_gguf != nullptr) PAGODA_RETURN_IF_ERROR(a->read_gguf(file, p, c));
   if (const GgufValue* v = file.find(p + "attention.kv_source_layer")) {
     auto sources = v->to_int_array();

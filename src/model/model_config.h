@@ -15,7 +15,7 @@ namespace pagoda::model {
 
 class GgufFile;
 
-enum class Arch { kLlama, kQwen2, kQwen3, kDeepseek2, kGemma3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kDeepseek2, kGemma3, kQwen3Moe };
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
@@ -68,6 +68,15 @@ struct ModelConfig {
   // [n_layer] the index among the source layers (the paged cache's layer) of l's K/V; empty
   // when nothing is shared.
   std::vector<int32_t> kv_cache_layer;
+
+  // Mixture of experts (qwen3moe; model/moe.h): every layer's FFN is n_expert SwiGLU experts
+  // of width n_ff_exp. A token's router logits (ffn_gate_inp) go through a softmax; its
+  // n_expert_used most probable experts run, weighted by those probabilities renormalized to
+  // sum to 1. 0: a dense FFN of n_ff.
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
+  bool is_moe() const { return n_expert > 0; }
 
   bool is_mla() const { return kv_lora_rank > 0; }
   bool owns_kv(int64_t l) const { return kv_source_layer.empty() || kv_source_layer[l] == l; }

@@ -1,6 +1,7 @@
 #include "model/model_factory.h"
 
 #include <cmath>
+#include <tuple>
 #include <cstdio>
 
 #include "core/rng.h"
@@ -48,6 +49,13 @@ Status add_ones(GgufFile& file, const std::string& name, int64_t n, float value 
 
 }  // namespace
 
+ModelShape with_experts(ModelShape s, int64_t n_expert, int64_t n_expert_used, int64_t n_ff_exp) {
+  s.n_expert = n_expert;
+  s.n_expert_used = n_expert_used;
+  s.n_ff_exp = n_ff_exp;
+  return s;
+}
+
 const std::vector<ModelShape>& model_shapes() {
   static const std::vector<ModelShape> kShapes = {
       {"default", 256, 4, 8, 4, 768, 512, 2048},
@@ -72,6 +80,8 @@ const std::vector<ModelShape>& model_shapes() {
       {"xc-qwen3", 128, 4, 4, 2, 256, 32000, 4096, "qwen3"},
       {"xc-mla", 128, 4, 4, 4, 256, 32000, 4096, "deepseek2", 0, 48, 64, 32, 16, 32, 4.0},
       {"xc-gemma3", 128, 6, 4, 2, 256, 32000, 4096, "gemma3", 64, 0, 0, 0, 0, 0, 0, 0, 64, 3},
+      with_experts({"tiny-qwen3moe", 64, 2, 4, 2, 96, 320, 512, "qwen3moe"}, 8, 2, 32),
+      with_experts({"xc-qwen3moe", 128, 4, 4, 2, 256, 32000, 4096, "qwen3moe"}, 16, 4, 64),
   };
   return kShapes;
 }
@@ -156,6 +166,9 @@ DType weight_dtype(const WeightMix& mix, const std::string& tensor, int64_t n_in
     if (per_layer && (r == "attn_v" || r == "ffn_down") && more_bits) dtype = DType::kQ6_K;
   }
   if (n_in % dtype_info(dtype).block_elems != 0) dtype = DType::kQ8_0;  // see the header
+  // The expert router stays F32, as llama.cpp's quantizer leaves it: a token's expert choice
+  // should not hinge on rounding.
+  if (tensor.find("ffn_gate_inp.weight") != std::string::npos) dtype = DType::kF32;
   return dtype;
 }
 
@@ -214,6 +227,14 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
   f.set(a + "rope.freq_base", GgufValue::of_f32(10000.0f));
   f.set(a + "attention.layer_norm_rms_epsilon", GgufValue::of_f32(1e-5f));
   f.set(a + "vocab_size", GgufValue::of_u32(static_cast<uint32_t>(s.n_vocab)));
+  if (family->moe) {
+    if (s.n_expert < 1 || s.n_expert_used < 1 || s.n_expert_used > s.n_expert || s.n_ff_exp < 1) {
+      return Status::error("shape " + s.name + " needs experts (n_expert >= n_expert_used >= 1, n_ff_exp >= 1)");
+    }
+    f.set(a + "expert_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_expert)));
+    f.set(a + "expert_used_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_expert_used)));
+    f.set(a + "expert_feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ff_exp)));
+  }
   if (s.cla > 1) {
     std::vector<int32_t> sources(s.n_layer);
     for (int64_t l = 0; l < s.n_layer; ++l) sources[l] = static_cast<int32_t>(l - l % s.cla);
@@ -251,9 +272,28 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
       }
     }
     PAGODA_RETURN_IF_ERROR(add_ones(f, p + "ffn_norm.weight", s.n_embd));
-    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate.weight", s.n_ff, s.n_embd));
-    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_up.weight", s.n_ff, s.n_embd));
-    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_down.weight", s.n_embd, s.n_ff));
+    if (family->moe) {  // the router, then each weight of every expert as one 3-D tensor
+      PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate_inp.weight", s.n_expert, s.n_embd));
+      for (const auto& [name, n_out, n_in] : {std::tuple{"ffn_gate_exps", s.n_ff_exp, s.n_embd},
+                                              std::tuple{"ffn_up_exps", s.n_ff_exp, s.n_embd},
+                                              std::tuple{"ffn_down_exps", s.n_embd, s.n_ff_exp}}) {
+        const std::string tensor = p + name + ".weight";
+        const DType dtype = weight_dtype(mix, tensor, n_in, s.n_layer);
+        const float lim = std::sqrt(3.0f / static_cast<float>(n_in));
+        const size_t row_bytes = dtype_row_bytes(dtype, n_in);
+        std::vector<uint8_t> data(row_bytes * static_cast<size_t>(s.n_expert * n_out));
+        std::vector<float> row(static_cast<size_t>(n_in));
+        for (int64_t o = 0; o < s.n_expert * n_out; ++o) {
+          for (auto& v : row) v = rng.uniform(-lim, lim);
+          kernels::quantize_row(dtype, row.data(), data.data() + o * row_bytes, n_in);
+        }
+        PAGODA_RETURN_IF_ERROR(f.add_tensor(tensor, {n_in, n_out, s.n_expert}, ggml_type_from_dtype(dtype), data.data(), data.size()));
+      }
+    } else {
+      PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate.weight", s.n_ff, s.n_embd));
+      PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_up.weight", s.n_ff, s.n_embd));
+      PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_down.weight", s.n_embd, s.n_ff));
+    }
     report(l + 2);
   }
   PAGODA_RETURN_IF_ERROR(add_ones(f, "output_norm.weight", s.n_embd, s.output_norm_scale));

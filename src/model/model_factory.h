@@ -46,6 +46,9 @@ struct ModelShape {
   // gemma3 (tied by default): write its own output.weight. A tied random model keeps repeating
   // its last token, which makes greedy tokens a weak cross-check.
   bool untied_output = false;
+  // qwen3moe: every layer's FFN is n_expert experts of n_ff_exp, n_expert_used per token
+  // (model/moe.h); n_ff is then only the file's feed_forward_length.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
 };
 
 // Known shapes: "default" (built in), "tiny" (tests), "tiny-qwen3", "llama-110m", "tinyllama-1.1b", Gemma 3
@@ -54,7 +57,8 @@ struct ModelShape {
 // ones: "tiny-mla" (plain q), "tiny-mla-q" (q LoRA + YaRN), "dsv2-lite" (DeepSeek-V2-Lite's
 // attention geometry with a dense FFN of its expert width) next to "dsv2-lite-gqa" (the same
 // model with GQA, 4 kv heads of 128, for the capacity and speed comparison), and "dsv2-mini" /
-// "dsv2-mini-gqa": the same layers, 4 of them (benchmarks on small machines).
+// "dsv2-mini-gqa": the same layers, 4 of them (benchmarks on small machines); mixture of experts:
+// "tiny-qwen3moe" (tests: 8 experts, 2 per token), "xc-qwen3moe" (cross-checks: 16, 4).
 const std::vector<ModelShape>& model_shapes();
 Result<ModelShape> find_model_shape(const std::string& name);
 
@@ -69,7 +73,8 @@ Vocab make_synthetic_vocab(int64_t n_vocab);
 //     (i - n/8) % 3 == 2).
 // A weight whose rows (n_in) are not a multiple of 256 cannot be a k-quant: it falls back to
 // Q8_0 (llama.cpp: Q6_K -> Q8_0 as here, but Q4_K -> Q5_0 and Q5_K -> Q5_1, which Pagoda does
-// not compute with).
+// not compute with). Expert routers (ffn_gate_inp) stay F32 in every mix, as llama.cpp's
+// quantizer leaves them.
 struct WeightMix {
   std::string name;
   DType base = DType::kF32;  // every 2-D weight the rules below do not name

@@ -1,9 +1,10 @@
-// A float64 forward pass of llama/qwen2/qwen3 models with plain loops and a contiguous KV cache
+// A float64 forward pass of llama/qwen2/qwen3/qwen3moe models with plain loops and a contiguous KV cache
 // (the reference of forward_reference_test, engine_window_test and hf_forward_test), with
 // sliding-window masks, StreamingLLM cache eviction, qwen3 q/k norms and any RoPE inverse
 // frequencies (rope scaling).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -19,7 +20,8 @@ inline Matrix load_matrix(const model::GgufFile& f, const std::string& name) {
   const model::GgufTensorInfo* t = f.find_tensor(name);
   EXPECT_NE(t, nullptr) << name;
   const int64_t n_in = t->dims[0];
-  const int64_t n_out = t->dims.size() > 1 ? t->dims[1] : 1;
+  int64_t n_out = 1;  // every row of a matrix, or of all experts of a 3-D tensor
+  for (size_t i = 1; i < t->dims.size(); ++i) n_out *= t->dims[i];
   const size_t row_bytes = dtype_row_bytes(*t->dtype, n_in);
   Matrix m(n_out * n_in);
   std::vector<float> row(n_in);
@@ -97,16 +99,26 @@ inline std::vector<double> reference_logits(const model::GgufFile& f, const mode
     Matrix an, fn, wq, wk, wv, wo, wg, wu, wd;
     Matrix bq, bk, bv;  // qwen2 only
     Matrix qn, kn;      // qwen3 only
+    Matrix router, eg, eu, ed;  // qwen3moe: [n_expert, n_embd] and every expert's rows
   };
-  const bool qwen2 = s.arch == "qwen2", qwen3 = s.arch == "qwen3", neox = qwen2 || qwen3 || force_neox;
+  const bool moe = s.n_expert > 0;
+  const bool qwen2 = s.arch == "qwen2", qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe";
+  const bool neox = qwen2 || qwen3 || force_neox;
   std::vector<Layer> layers;
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     layers.push_back({load_matrix(f, p + "attn_norm.weight"), load_matrix(f, p + "ffn_norm.weight"),
                       load_matrix(f, p + "attn_q.weight"), load_matrix(f, p + "attn_k.weight"),
                       load_matrix(f, p + "attn_v.weight"), load_matrix(f, p + "attn_output.weight"),
-                      load_matrix(f, p + "ffn_gate.weight"), load_matrix(f, p + "ffn_up.weight"),
-                      load_matrix(f, p + "ffn_down.weight"), {}, {}, {}, {}, {}});
+                      moe ? Matrix{} : load_matrix(f, p + "ffn_gate.weight"),
+                      moe ? Matrix{} : load_matrix(f, p + "ffn_up.weight"),
+                      moe ? Matrix{} : load_matrix(f, p + "ffn_down.weight"), {}, {}, {}, {}, {}, {}, {}, {}, {}});
+    if (moe) {
+      layers.back().router = load_matrix(f, p + "ffn_gate_inp.weight");
+      layers.back().eg = load_matrix(f, p + "ffn_gate_exps.weight");
+      layers.back().eu = load_matrix(f, p + "ffn_up_exps.weight");
+      layers.back().ed = load_matrix(f, p + "ffn_down_exps.weight");
+    }
     if (qwen2) {
       layers.back().bq = load_matrix(f, p + "attn_q.bias");
       layers.back().bk = load_matrix(f, p + "attn_k.bias");
@@ -171,6 +183,28 @@ inline std::vector<double> reference_logits(const model::GgufFile& f, const mode
       auto o = matvec(L.wo, att, s.n_embd);
       for (int64_t i = 0; i < s.n_embd; ++i) x[i] += o[i];
       h = rmsnorm(x, L.fn, 1e-5);
+      if (moe) {  // softmax over the router's logits, the k most probable experts, renormalized
+        const int64_t E = s.n_expert, ff = s.n_ff_exp;
+        const std::vector<double> r = matvec(L.router, h, E);
+        std::vector<int64_t> order(E);
+        for (int64_t e = 0; e < E; ++e) order[e] = e;
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return r[a] > r[b]; });
+        double z = 0;
+        for (int64_t i = 0; i < s.n_expert_used; ++i) z += std::exp(r[order[i]] - r[order[0]]);
+        for (int64_t i = 0; i < s.n_expert_used; ++i) {
+          const int64_t e = order[i];
+          const double weight = std::exp(r[e] - r[order[0]]) / z;
+          const Matrix g_e(L.eg.begin() + e * ff * s.n_embd, L.eg.begin() + (e + 1) * ff * s.n_embd);
+          const Matrix u_e(L.eu.begin() + e * ff * s.n_embd, L.eu.begin() + (e + 1) * ff * s.n_embd);
+          const Matrix d_e(L.ed.begin() + e * s.n_embd * ff, L.ed.begin() + (e + 1) * s.n_embd * ff);
+          auto g = matvec(g_e, h, ff);
+          auto u = matvec(u_e, h, ff);
+          for (int64_t j = 0; j < ff; ++j) g[j] = g[j] / (1 + std::exp(-g[j])) * u[j];
+          auto d = matvec(d_e, g, s.n_embd);
+          for (int64_t j = 0; j < s.n_embd; ++j) x[j] += weight * d[j];
+        }
+        continue;
+      }
       auto g = matvec(L.wg, h, s.n_ff);
       auto u = matvec(L.wu, h, s.n_ff);
       for (int64_t i = 0; i < s.n_ff; ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];

@@ -44,7 +44,7 @@ TEST(ArchRegistry, RunnableFamiliesAndTheirTraits) {
   for (Arch arch : {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kDeepseek2, Arch::kGemma3}) {
     EXPECT_EQ(info(arch).arch, arch);
   }
-  EXPECT_EQ(runnable_gguf_names(), "llama, qwen2, qwen3, deepseek2, gemma3");
+  EXPECT_EQ(runnable_gguf_names(), "llama, qwen2, qwen3, deepseek2, gemma3, qwen3moe");
   EXPECT_EQ(runnable_hf_classes(), "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM");
   EXPECT_TRUE(info(Arch::kQwen2).qkv_bias);
   EXPECT_TRUE(info(Arch::kQwen3).qk_norm);
@@ -65,11 +65,11 @@ TEST(ArchRegistry, CheckRunnableReadsOnlyTheHeader) {
   GgufFile f;
   EXPECT_NE(check_runnable(f).status().message().find("missing metadata key 'general.architecture'"),
             std::string::npos);
-  f.set("general.architecture", GgufValue::of_string("qwen3moe"));
+  f.set("general.architecture", GgufValue::of_string("gpt-oss"));
   auto refused = check_runnable(f);
   ASSERT_FALSE(refused.is_ok());
   EXPECT_EQ(refused.status().message(),
-            "unsupported architecture 'qwen3moe' (supported: llama, qwen2, qwen3, deepseek2, gemma3)");
+            "unsupported architecture 'gpt-oss' (supported: llama, qwen2, qwen3, deepseek2, gemma3, qwen3moe)");
   f.set("general.architecture", GgufValue::of_string("gemma2"));  // known to kvcalc only
   EXPECT_FALSE(check_runnable(f).is_ok());
   f.set("general.architecture", GgufValue::of_string("qwen2"));

@@ -145,10 +145,10 @@ TEST(Cli, CorruptTruncatedAndMissingFilesGiveClearErrors) {
 TEST(Cli, UnsupportedArchitectureIsRefusedFromTheHeader) {
   auto file = model::GgufFile::read(stories("stories260K.gguf"));
   ASSERT_TRUE(file.is_ok()) << file.status().message();
-  file->set("general.architecture", model::GgufValue::of_string("qwen3moe"));
+  file->set("general.architecture", model::GgufValue::of_string("gpt-oss"));
   const std::string path = temp_dir() + "/moe.gguf";
   ASSERT_TRUE(file->write(path).is_ok());
-  const std::string want = "unsupported architecture 'qwen3moe' (supported: llama, qwen2, qwen3, deepseek2, gemma3)";
+  const std::string want = "unsupported architecture 'gpt-oss' (supported: llama, qwen2, qwen3, deepseek2, gemma3, qwen3moe)";
   expect_clean_error(pagoda("run -m " + path + " -n 2"), want);
   expect_clean_error(pagoda("serve -m " + path + " --port 0"), want);
 }

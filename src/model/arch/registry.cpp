@@ -71,6 +71,16 @@ std::vector<ArchInfo> make_table() {
     a.tied_by_default = true;
     t.push_back(a);
   }
+  {
+    ArchInfo a;  // qwen3's attention, a mixture-of-experts FFN in every layer (model/moe.h)
+    a.gguf_name = "qwen3moe";
+    a.hf_model_types = {"qwen3_moe"};
+    a.arch = Arch::kQwen3Moe;
+    a.gguf_rope = RopeStyle::kNeoxHalves;
+    a.qk_norm = true;
+    a.moe = true;
+    t.push_back(a);
+  }
   // Known to kvcalc only.
   {
     ArchInfo a;

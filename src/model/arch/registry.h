@@ -50,6 +50,7 @@ struct ArchInfo {
   bool qk_norm = false;          // RMSNorm over each q and k head before RoPE
   bool yarn = false;             // accepts YaRN rope scaling
   bool mla = false;              // multi-head latent attention (kv_lora_rank)
+  bool moe = false;              // mixture-of-experts FFN ({arch}.expert_count, _used_count, ffn_*_exps)
   bool convert_permutes_qk = false;  // `convert`: HF rotate_half rows -> GGUF adjacent pairs
   // config.json: sliding_window applies to every layer, use_sliding_window defaulting to true
   // (Mistral); the other families refuse use_sliding_window.
@@ -71,7 +72,7 @@ const ArchInfo* find_hf_class(std::string_view hf_class);
 const ArchInfo* find_hf_model_type(std::string_view model_type);
 const ArchInfo& info(Arch arch);  // the runnable entry of `arch`
 
-// "llama, qwen2, qwen3, deepseek2, gemma3": the GGUF names Pagoda runs.
+// "llama, qwen2, qwen3, deepseek2, gemma3, qwen3moe": the GGUF names Pagoda runs.
 std::string runnable_gguf_names();
 // "LlamaForCausalLM, ...": the config.json classes Pagoda reads.
 std::string runnable_hf_classes();

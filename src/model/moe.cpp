@@ -1,0 +1,97 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "model/llama_model.h"
+#include "model/weight_binding.h"
+
+namespace pagoda::model {
+
+Result<std::vector<kernels::WeightView>> bind_experts(const TensorTable& tensors, const std::string& name,
+                                                      int64_t n_expert, int64_t n_out, int64_t n_in) {
+  PAGODA_ASSIGN_OR_RETURN(const TensorRef* t, find_tensor(tensors, name, {n_in, n_out, n_expert}));
+  if (n_in % dtype_info(*t->dtype).block_elems != 0) {
+    return Status::error("tensor '" + name + "': row of " + std::to_string(n_in) + " is not a whole number of " +
+                         std::string(dtype_name(*t->dtype)) + " blocks");
+  }
+  std::vector<kernels::WeightView> experts(static_cast<size_t>(n_expert));
+  const size_t expert_bytes = dtype_row_bytes(*t->dtype, n_in) * static_cast<size_t>(n_out);
+  for (int64_t e = 0; e < n_expert; ++e) {
+    kernels::WeightView& w = experts[static_cast<size_t>(e)];
+    w.data = t->data == nullptr ? nullptr : t->data + static_cast<size_t>(e) * expert_bytes;
+    w.dtype = *t->dtype;
+    w.n_out = n_out;
+    w.n_in = n_in;
+  }
+  return experts;
+}
+
+void route_tokens(const float* logits, int64_t T, int64_t n_expert, int64_t k, int32_t* ids, float* weights) {
+  CHECK(k >= 1 && k <= n_expert);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* l = logits + t * n_expert;
+    int32_t* id = ids + t * k;
+    float* w = weights + t * k;
+    // Top-k by logit (softmax is monotone), ties to the lower id: a partial insertion sort.
+    int64_t n = 0;
+    for (int32_t e = 0; e < n_expert; ++e) {
+      if (n == k && !(l[e] > l[id[k - 1]])) continue;
+      int64_t i = n < k ? n++ : k - 1;
+      while (i > 0 && l[e] > l[id[i - 1]]) {
+        id[i] = id[i - 1];
+        --i;
+      }
+      id[i] = e;
+    }
+    // softmax over all experts, then the selected probabilities renormalized: the full
+    // softmax's denominator cancels, leaving exp(l_e - max) / sum over the selected.
+    const double top = l[id[0]];
+    double sum = 0;
+    for (int64_t i = 0; i < k; ++i) sum += std::exp(static_cast<double>(l[id[i]]) - top);
+    for (int64_t i = 0; i < k; ++i) w[i] = static_cast<float>(std::exp(static_cast<double>(l[id[i]]) - top) / sum);
+  }
+}
+
+void ForwardPass::feed_forward_moe(const LayerWeights& w, int64_t T) {
+  const ModelConfig& c = model_.config();
+  const int64_t d = c.n_embd, ff = c.n_ff_exp, E = c.n_expert, k = c.n_expert_used;
+  float* x = x_.data();
+  float* h = xb_.data();  // [T, d] the normed input
+  kernels::rmsnorm(x, w.ffn_norm.data(), h, T, d, c.rms_eps);
+  matmul_.run(w.w_router, h, T, router_.data());
+  route_tokens(router_.data(), T, E, k, route_ids_.data(), route_weights_.data());
+  // Counting sort of the (token, slot) pairs by expert: expert e's rows are
+  // expert_rows_[expert_begin_[e] .. expert_begin_[e + 1]).
+  std::fill(expert_begin_.begin(), expert_begin_.end(), 0);
+  for (int64_t i = 0; i < T * k; ++i) ++expert_begin_[static_cast<size_t>(route_ids_[i]) + 1];
+  for (int64_t e = 0; e < E; ++e) expert_begin_[e + 1] += expert_begin_[e];
+  std::copy(expert_begin_.begin(), expert_begin_.end() - 1, expert_fill_.begin());
+  for (int64_t i = 0; i < T * k; ++i) expert_rows_[expert_fill_[route_ids_[i]]++] = static_cast<int32_t>(i);
+  std::fill(moe_acc_.begin(), moe_acc_.begin() + T * d, 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = expert_begin_[e], n = expert_begin_[e + 1] - begin;
+    if (n == 0) continue;
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t token = expert_rows_[begin + r] / k;
+      std::copy(h + token * d, h + (token + 1) * d, moe_in_.data() + r * d);
+    }
+    matmul_.run(w.w_gate_exp[e], moe_in_.data(), n, gate_.data());
+    matmul_.run(w.w_up_exp[e], moe_in_.data(), n, up_.data());
+    pool_.parallel_for(n * ff, [&](int64_t b, int64_t end, int) {
+      kernels::silu_mul(gate_.data() + b, up_.data() + b, end - b, isa_);
+    }, 1024);
+    matmul_.run(w.w_down_exp[e], gate_.data(), n, moe_out_.data());
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t slot = expert_rows_[begin + r], token = slot / k;
+      const float weight = route_weights_[slot];
+      float* acc = moe_acc_.data() + token * d;
+      const float* y = moe_out_.data() + r * d;
+      for (int64_t i = 0; i < d; ++i) acc[i] += weight * y[i];
+    }
+  }
+  kernels::add_inplace(x, moe_acc_.data(), T * d);
+}
+
+}  // namespace pagoda::model

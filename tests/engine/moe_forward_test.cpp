@@ -1,0 +1,124 @@
+// Mixture of experts (qwen3moe; model/moe.h): the routing rule against brute force, and the
+// engine's logits against the float64 reference (reference_forward.h) on every ISA this CPU
+// runs, one-token and 16-token chunks, 1 and 2 threads, f32 / f16 / q8_0 weights; files with
+// broken expert keys are refused with the key named.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "engine/engine.h"
+#include "kernels/matmul.h"
+#include "model/model_factory.h"
+#include "model/moe.h"
+#include "reference_forward.h"
+
+namespace pagoda {
+namespace {
+
+using reference::max_relative_error;
+using reference::reference_logits;
+
+TEST(MoeRouting, TopKBySoftmaxRenormalizedTiesToTheLowerId) {
+  Rng rng(5);
+  for (int64_t E : {4, 8, 64}) {
+    for (int64_t k : {1, 2, 4}) {
+      if (k > E) continue;
+      const int64_t T = 7;
+      std::vector<float> logits(T * E);
+      for (auto& v : logits) v = static_cast<float>(std::round(rng.uniform(-3.0f, 3.0f) * 2) / 2);  // many ties
+      std::vector<int32_t> ids(T * k);
+      std::vector<float> w(T * k);
+      model::route_tokens(logits.data(), T, E, k, ids.data(), w.data());
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<int32_t> order(E);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[t * E + a] > logits[t * E + b]; });
+        double z = 0;
+        for (int64_t i = 0; i < k; ++i) z += std::exp(static_cast<double>(logits[t * E + order[i]]));
+        double sum = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          EXPECT_EQ(ids[t * k + i], order[i]) << "token " << t << " slot " << i;
+          EXPECT_NEAR(w[t * k + i], std::exp(static_cast<double>(logits[t * E + order[i]])) / z, 1e-6);
+          sum += w[t * k + i];
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-6);
+      }
+    }
+  }
+}
+
+std::vector<int32_t> test_tokens(int64_t n_vocab, int n) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < n; ++i) tokens.push_back((i * 37 + 5) % static_cast<int32_t>(n_vocab));
+  return tokens;
+}
+
+TEST(MoeForward, EngineMatchesFloat64ForwardOnEveryIsa) {
+  const model::ModelShape shape = model::find_model_shape("tiny-qwen3moe").value();
+  ManualClock clock;
+  Logger logger(LogLevel::kSilent);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto file = model::make_random_model(shape, dtype, 9);
+    ASSERT_TRUE(file.is_ok()) << file.status().message();
+    const std::vector<int32_t> tokens = test_tokens(shape.n_vocab, 24);
+    const std::vector<double> want = reference_logits(*file, shape, tokens);
+    const bool quantized = dtype_info(dtype).block_elems > 1;
+    const int64_t V = shape.n_vocab;
+    for (kernels::Isa isa : kernels::supported_isas())
+    for (int64_t batch : {1, 16})
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(kernels::isa_name(isa)) + " batch " + std::to_string(batch) + " threads " +
+                   std::to_string(threads));
+      auto model = model::LlamaModel::load(model::make_random_model(shape, dtype, 9).value());
+      ASSERT_TRUE(model.is_ok()) << model.status().message();
+      engine::EngineConfig config;
+      config.num_threads = threads;
+      config.max_batch_tokens = batch;
+      config.block_size = 4;
+      config.isa = isa;
+      auto eng = engine::Engine::create(std::move(model).value(), config, clock, logger);
+      ASSERT_TRUE(eng.is_ok()) << eng.status().message();
+      auto got = eng.value()->score(tokens);
+      ASSERT_TRUE(got.is_ok()) << got.status().message();
+      EXPECT_LT(max_relative_error(*got, want, V), quantized ? 5e-2 : 2e-4);
+    }
+  }
+}
+
+TEST(MoeForward, BrokenExpertKeysAreRefused) {
+  const model::ModelShape shape = model::find_model_shape("tiny-qwen3moe").value();
+  struct Case {
+    const char* key;
+    model::GgufValue value;
+    const char* word;
+  };
+  const std::vector<Case> cases = {
+      {"qwen3moe.expert_used_count", model::GgufValue::of_u32(9), "8 experts, 9 used"},
+      {"qwen3moe.expert_count", model::GgufValue::of_u32(0), "experts"},
+      {"qwen3moe.expert_gating_func", model::GgufValue::of_u32(2), "expert_gating_func"},
+  };
+  for (const Case& c : cases) {
+    auto file = model::make_random_model(shape, DType::kF32, 9);
+    ASSERT_TRUE(file.is_ok());
+    file->set(c.key, c.value);
+    auto model = model::LlamaModel::load(std::move(file).value());
+    ASSERT_FALSE(model.is_ok()) << c.key;
+    EXPECT_NE(model.status().message().find(c.word), std::string::npos) << model.status().message();
+  }
+  auto file = model::make_random_model(shape, DType::kF32, 9);
+  ASSERT_TRUE(file.is_ok());
+  file->erase("qwen3moe.expert_count");
+  auto model = model::LlamaModel::load(std::move(file).value());
+  ASSERT_FALSE(model.is_ok());
+  EXPECT_NE(model.status().message().find("expert_count"), std::string::npos) << model.status().message();
+}
+
+}  // namespace
+}  // namespace pagoda
