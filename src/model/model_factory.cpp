@@ -82,6 +82,9 @@ const std::vector<ModelShape>& model_shapes() {
       {"xc-gemma3", 128, 6, 4, 2, 256, 32000, 4096, "gemma3", 64, 0, 0, 0, 0, 0, 0, 0, 64, 3},
       with_experts({"tiny-qwen3moe", 64, 2, 4, 2, 96, 320, 512, "qwen3moe"}, 8, 2, 32),
       with_experts({"xc-qwen3moe", 128, 4, 4, 2, 256, 32000, 4096, "qwen3moe"}, 16, 4, 64),
+      // Benchmarks: 64 experts of 512, 8 per token, 12 layers of 1024 (1.3 B parameters, 0.2 B
+      // active): a Qwen3-30B-A3B-like ratio that fits a small machine.
+      with_experts({"qwen3moe-1b", 1024, 12, 16, 4, 3072, 32000, 4096, "qwen3moe"}, 64, 8, 512),
   };
   return kShapes;
 }

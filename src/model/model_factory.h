@@ -58,7 +58,8 @@ struct ModelShape {
 // attention geometry with a dense FFN of its expert width) next to "dsv2-lite-gqa" (the same
 // model with GQA, 4 kv heads of 128, for the capacity and speed comparison), and "dsv2-mini" /
 // "dsv2-mini-gqa": the same layers, 4 of them (benchmarks on small machines); mixture of experts:
-// "tiny-qwen3moe" (tests: 8 experts, 2 per token), "xc-qwen3moe" (cross-checks: 16, 4).
+// "tiny-qwen3moe" (tests: 8 experts, 2 per token), "xc-qwen3moe" (cross-checks: 16, 4),
+// "qwen3moe-1b" (benchmarks: 64 experts, 8 per token).
 const std::vector<ModelShape>& model_shapes();
 Result<ModelShape> find_model_shape(const std::string& name);
 
