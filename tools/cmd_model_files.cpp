@@ -21,7 +21,12 @@ void print_config(const model::ModelConfig& c) {
   std::printf("width           %lld\n", (long long)c.n_embd);
   std::printf("heads           %lld query, %lld kv (%s), head dim %lld\n", (long long)c.n_head, (long long)c.n_kv_head,
               c.n_kv_head == c.n_head ? "MHA" : c.n_kv_head == 1 ? "MQA" : "GQA", (long long)c.head_dim);
-  std::printf("feed-forward    %lld\n", (long long)c.n_ff);
+  if (c.is_moe()) {
+    std::printf("experts         %lld of width %lld, %lld per token (softmax top-k, renormalized)\n",
+                (long long)c.n_expert, (long long)c.n_ff_exp, (long long)c.n_expert_used);
+  } else {
+    std::printf("feed-forward    %lld\n", (long long)c.n_ff);
+  }
   std::printf("vocab           %lld\n", (long long)c.n_vocab);
   std::printf("context         %lld (trained)\n", (long long)c.n_ctx_train);
   std::printf("rope            %s, %lld dims, base %g, scale %g\n",
@@ -115,14 +120,26 @@ int info(const std::string& path, const std::string& tokenizer_path, bool all_ke
     std::printf("model           not runnable: %s\n", config.status().message().c_str());
   }
   std::map<std::string, std::pair<int, uint64_t>> by_type;
-  uint64_t total = 0;
+  uint64_t total = 0, experts = 0, embedding = 0;
   for (const auto& t : f.tensors()) {
     auto& e = by_type[model::ggml_type_name(t.ggml_type)];
     ++e.first;
     e.second += t.bytes;
     total += t.bytes;
+    if (t.name.find("_exps.") != std::string::npos) experts += t.bytes;
+    if (t.name == "token_embd.weight") embedding = t.bytes;
   }
   std::printf("tensor bytes    %s\n", kvcache::format_bytes(static_cast<int64_t>(total)).c_str());
+  if (config.is_ok() && config->is_moe() && experts > 0) {
+    // A token reads its experts' share of the expert tensors and the rest but the embedding
+    // table (one row of it; the tied classifier, when there is one, reads it whole).
+    const bool tied = f.find_tensor("output.weight") == nullptr;
+    const uint64_t active = (total - experts - (tied ? 0 : embedding)) +
+                            experts / static_cast<uint64_t>(config->n_expert) * static_cast<uint64_t>(config->n_expert_used);
+    std::printf("active bytes    %s per token (%lld of %lld experts; the decode floor)\n",
+                kvcache::format_bytes(static_cast<int64_t>(active)).c_str(), (long long)config->n_expert_used,
+                (long long)config->n_expert);
+  }
   for (const auto& [type, e] : by_type) {
     std::printf("  %-6s        %d tensors, %s\n", type.c_str(), e.first, kvcache::format_bytes(static_cast<int64_t>(e.second)).c_str());
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "expected_kv.h"
 #include "kvcache/block_manager.h"
 
 namespace pagoda::kvcache {
@@ -29,18 +30,7 @@ KvLayout tiny_layout(int64_t block_size) {
   return l;
 }
 
-// KV of every position of `tokens`: a rolling hash of the namespace and the tokens so far.
-std::vector<uint64_t> expected_kv(const KvNamespace& ns, std::span<const int32_t> tokens) {
-  std::vector<uint64_t> kv;
-  kv.reserve(tokens.size());
-  uint64_t h = ns.key();
-  for (int32_t t : tokens) {
-    h = (h ^ static_cast<uint64_t>(t)) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 29;
-    kv.push_back(h);
-  }
-  return kv;
-}
+using testing::expected_kv;  // expected_kv.h
 
 // Writes a value into layer 0's K row and its complement into layer 1's V row of a slot.
 class FakeKv {

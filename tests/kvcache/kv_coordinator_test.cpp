@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "expected_kv.h"
 
 namespace pagoda::kvcache {
 namespace {
@@ -31,16 +32,7 @@ KvCacheSpec make_spec(int64_t n_full, int64_t n_sliding, int64_t window) {
   return *spec;
 }
 
-std::vector<uint64_t> expected_kv(const KvNamespace& ns, std::span<const int32_t> tokens) {
-  std::vector<uint64_t> kv;
-  uint64_t h = ns.key();
-  for (int32_t t : tokens) {
-    h = (h ^ static_cast<uint64_t>(t)) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 29;
-    kv.push_back(h);
-  }
-  return kv;
-}
+using testing::expected_kv;  // expected_kv.h
 
 std::vector<int32_t> iota_tokens(int64_t n, int32_t first) {
   std::vector<int32_t> t(static_cast<size_t>(n));
@@ -250,7 +242,7 @@ void random_run(uint64_t seed, const KvCacheSpec& spec, int64_t num_pages) {
       }
     }
     h.verify();
-    if (testing::Test::HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
   }
   EXPECT_GT(h.kv.stats().num_hit_tokens, 0);
   EXPECT_GT(h.kv.stats().num_evictions, 0);

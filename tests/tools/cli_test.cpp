@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kvcache/kv_layout.h"
 #include "model/format/gguf.h"
 #include "test_data.h"
 #include "tools/run_pagoda.h"
@@ -151,6 +152,31 @@ TEST(Cli, UnsupportedArchitectureIsRefusedFromTheHeader) {
   const std::string want = "unsupported architecture 'gpt-oss' (supported: llama, qwen2, qwen3, deepseek2, gemma3, qwen3moe)";
   expect_clean_error(pagoda("run -m " + path + " -n 2"), want);
   expect_clean_error(pagoda("serve -m " + path + " --port 0"), want);
+}
+
+// A mixture-of-experts file: info names the experts and the bytes a token reads (the router's
+// F32 share, 2 of 8 experts, the rest but the untied embedding table), and it runs.
+TEST(Cli, InfoOfAMixtureOfExpertsFileCountsActiveBytes) {
+  const std::string path = temp_dir() + "/tiny-qwen3moe.gguf";
+  Output m = pagoda("make-model --shape tiny-qwen3moe --dtype f16 -o " + path);
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  Output i = pagoda("info " + path);
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  EXPECT_NE(i.out.find("experts         8 of width 32, 2 per token"), std::string::npos) << i.out;
+  auto file = model::GgufFile::read(path);
+  ASSERT_TRUE(file.is_ok());
+  int64_t total = 0, experts = 0, embedding = 0;
+  for (const auto& t : file->tensors()) {
+    total += static_cast<int64_t>(t.bytes);
+    if (t.name.find("_exps.") != std::string::npos) experts += static_cast<int64_t>(t.bytes);
+    if (t.name == "token_embd.weight") embedding = static_cast<int64_t>(t.bytes);
+  }
+  const int64_t active = total - experts - embedding + experts / 8 * 2;
+  EXPECT_NE(i.out.find("active bytes    " + kvcache::format_bytes(active) + " per token (2 of 8 experts"), std::string::npos)
+      << i.out;
+  Output r = pagoda("run -m " + path + " -p 'hello' -n 4 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["token_ids"].size(), 4u);
 }
 
 // A llama.cpp-style Q4_K_M file: the mix of types, and the same greedy tokens on every run.
