@@ -121,6 +121,7 @@ inline void write_hf_folder(const model::GgufFile& gguf, const std::string& dir,
       {"architectures", {arch == "llama"   ? "LlamaForCausalLM"
                          : arch == "qwen2" ? "Qwen2ForCausalLM"
                          : arch == "gemma3" ? "Gemma3ForCausalLM"
+                         : arch == "qwen3moe" ? "Qwen3MoeForCausalLM"
                                             : "Qwen3ForCausalLM"}},
       {"hidden_size", n_embd},
       {"num_hidden_layers", *gguf.get_int(p + "block_count")},
@@ -146,6 +147,12 @@ inline void write_hf_folder(const model::GgufFile& gguf, const std::string& dir,
   } else {
     config["hidden_act"] = "silu";
   }
+  if (auto n = gguf.get_int(p + "expert_count")) {  // qwen3moe
+    config["num_experts"] = *n;
+    config["num_experts_per_tok"] = *gguf.get_int(p + "expert_used_count");
+    config["moe_intermediate_size"] = *gguf.get_int(p + "expert_feed_forward_length");
+    config["norm_topk_prob"] = true;
+  }
   const model::GgufTensorInfo* emb = gguf.find_tensor("token_embd.weight");
   config["vocab_size"] = emb->dims[1];
   config.update(o.extra_config);
@@ -170,6 +177,23 @@ inline void write_hf_folder(const model::GgufFile& gguf, const std::string& dir,
         }
       }
       v = std::move(hf);
+    }
+    if (t.dims.size() == 3) {  // experts {n_in, n_out, n_expert}: one HF tensor each
+      const std::string layer = t.name.substr(4, t.name.find('.', 4) - 4);
+      const std::string kind = t.name.find("gate_exps") != std::string::npos ? "gate_proj"
+                               : t.name.find("up_exps") != std::string::npos ? "up_proj" : "down_proj";
+      const int64_t per = t.dims[0] * t.dims[1];
+      for (int64_t e = 0; e < t.dims[2]; ++e) {
+        const std::vector<float> part(v.begin() + e * per, v.begin() + (e + 1) * per);
+        tensors.push_back({"model.layers." + layer + ".mlp.experts." + std::to_string(e) + "." + kind + ".weight", o.dtype,
+                           {t.dims[1], t.dims[0]}, encode(part, o.dtype)});
+      }
+      continue;
+    }
+    if (t.name.ends_with("ffn_gate_inp.weight")) {
+      tensors.push_back({"model.layers." + t.name.substr(4, t.name.find('.', 4) - 4) + ".mlp.gate.weight", o.dtype,
+                         {t.dims.rbegin(), t.dims.rend()}, encode(v, o.dtype)});
+      continue;
     }
     if (gemma && t.dims.size() == 1 && t.name.ends_with("norm.weight")) {
       for (float& x : v) x -= 1.0f;

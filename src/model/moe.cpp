@@ -11,6 +11,16 @@ namespace pagoda::model {
 
 Result<std::vector<kernels::WeightView>> bind_experts(const TensorTable& tensors, const std::string& name,
                                                       int64_t n_expert, int64_t n_out, int64_t n_in) {
+  constexpr std::string_view kSuffix = ".weight";
+  const std::string stem = name.substr(0, name.size() - kSuffix.size());  // blk.N.ffn_gate_exps
+  if (!tensors.contains(name) && tensors.contains(stem + ".0.weight")) {  // one tensor per expert (HF)
+    std::vector<kernels::WeightView> experts;
+    for (int64_t e = 0; e < n_expert; ++e) {
+      PAGODA_ASSIGN_OR_RETURN(kernels::WeightView w, bind_matrix(tensors, stem + "." + std::to_string(e) + ".weight", n_out, n_in));
+      experts.push_back(w);
+    }
+    return experts;
+  }
   PAGODA_ASSIGN_OR_RETURN(const TensorRef* t, find_tensor(tensors, name, {n_in, n_out, n_expert}));
   if (n_in % dtype_info(*t->dtype).block_elems != 0) {
     return Status::error("tensor '" + name + "': row of " + std::to_string(n_in) + " is not a whole number of " +

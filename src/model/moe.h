@@ -23,8 +23,9 @@
 
 namespace pagoda::model {
 
-// The experts of a 3-D tensor `name` of dims {n_in, n_out, n_expert} (GGUF order): n_expert
-// [n_out, n_in] matrices, used in place.
+// The experts of a 3-D tensor `name` ("blk.N.ffn_gate_exps.weight") of dims {n_in, n_out,
+// n_expert} (GGUF order), or of one [n_out, n_in] tensor per expert named
+// "blk.N.ffn_gate_exps.E.weight" (a Hugging Face folder): n_expert matrices, used in place.
 Result<std::vector<kernels::WeightView>> bind_experts(const TensorTable& tensors, const std::string& name,
                                                       int64_t n_expert, int64_t n_out, int64_t n_in);
 

@@ -269,6 +269,36 @@ TEST(HfForward, Gemma3FoldersMatchTheirGgufTwins) {
   }
 }
 
+// Qwen3-MoE folders (Qwen3MoeForCausalLM: mlp.gate, one tensor per expert, read in place)
+// run as their GGUF twins (one 3-D tensor per weight) and the float64 reference; configs whose
+// routing Pagoda does not run are refused.
+TEST(HfForward, Qwen3MoeFoldersMatchTheirGgufTwins) {
+  const model::ModelShape shape = model::find_model_shape("tiny-qwen3moe").value();
+  auto gguf = model::make_random_model(shape, DType::kF32, 43);
+  ASSERT_TRUE(gguf.is_ok()) << gguf.status().message();
+  const std::string dir = fresh_dir("qwen3moe");
+  testing::write_hf_folder(*gguf, dir, {.tie = false});
+  const auto tokens = test_tokens(shape.n_vocab);
+  const std::vector<double> want = reference_logits(*gguf, shape, tokens);
+  const std::vector<float> from_gguf = gguf_logits(std::move(gguf).value(), tokens);
+  const std::vector<float> from_hf = hf_logits(dir, tokens);
+  ASSERT_EQ(from_hf.size(), want.size());
+  EXPECT_LT(max_relative_error(from_hf, to_double(from_gguf), shape.n_vocab), 1e-5);
+  EXPECT_LT(max_relative_error(from_hf, want, shape.n_vocab), 2e-4);
+  auto twin = model::make_random_model(shape, DType::kF32, 43);
+  for (const auto& [patch, word] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {{{"norm_topk_prob", false}}, "norm_topk_prob"},
+           {{{"decoder_sparse_step", 2}}, "decoder_sparse_step"},
+           {{{"mlp_only_layers", {0}}}, "mlp_only_layers"},
+           {{{"num_experts_per_tok", 9}}, "9 used"}}) {
+    const std::string bad = fresh_dir("qwen3moe-bad");
+    testing::write_hf_folder(*twin, bad, {.extra_config = patch});
+    auto ck = model::HfCheckpoint::open(bad);
+    ASSERT_FALSE(ck.is_ok()) << patch.dump();
+    EXPECT_NE(ck.status().message().find(word), std::string::npos) << ck.status().message();
+  }
+}
+
 TEST(HfForward, Gemma3ConfigsPagodaCannotRunAreRefused) {
   auto gguf = model::make_random_model(model::find_model_shape("tiny-gemma3").value(), DType::kF32, 41);
   ASSERT_TRUE(gguf.is_ok());

@@ -45,7 +45,8 @@ TEST(ArchRegistry, RunnableFamiliesAndTheirTraits) {
     EXPECT_EQ(info(arch).arch, arch);
   }
   EXPECT_EQ(runnable_gguf_names(), "llama, qwen2, qwen3, deepseek2, gemma3, qwen3moe");
-  EXPECT_EQ(runnable_hf_classes(), "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM");
+  EXPECT_EQ(runnable_hf_classes(),
+            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, Qwen3MoeForCausalLM");
   EXPECT_TRUE(info(Arch::kQwen2).qkv_bias);
   EXPECT_TRUE(info(Arch::kQwen3).qk_norm);
   EXPECT_TRUE(info(Arch::kDeepseek2).mla && info(Arch::kDeepseek2).yarn);

@@ -103,6 +103,35 @@ TEST(ConvertHf, AGemma3FolderBecomesTheGgufItCameFrom) {
   EXPECT_EQ(greedy(out), greedy(f.dir));
 }
 
+// Qwen3-MoE: one HF tensor per expert becomes llama.cpp's 3-D tensor per weight, byte for byte.
+TEST(ConvertHf, AQwen3MoeFolderBecomesTheGgufItCameFrom) {
+  Folder f;
+  f.dir = testing::temp_dir() + "/convert-qwen3moe";
+  std::filesystem::remove_all(f.dir);
+  f.gguf = std::move(model::make_random_model(model::find_model_shape("tiny-qwen3moe").value(), DType::kF32, 3)).value();
+  testing::write_hf_folder(f.gguf, f.dir);
+  testing::write_byte_level_tokenizer(f.dir);
+  const std::string out = testing::temp_dir() + "/converted-qwen3moe.gguf";
+  Output o = pagoda("convert " + f.dir + " -o " + out + " --quiet");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  auto converted = model::GgufFile::read(out);
+  ASSERT_TRUE(converted.is_ok()) << converted.status().message();
+  EXPECT_EQ(converted->tensors().size(), f.gguf.tensors().size());
+  for (const model::GgufTensorInfo& t : f.gguf.tensors()) {
+    const model::GgufTensorInfo* c = converted->find_tensor(t.name);
+    ASSERT_NE(c, nullptr) << t.name;
+    EXPECT_EQ(c->dims, t.dims) << t.name;
+    ASSERT_EQ(c->bytes, t.bytes) << t.name;
+    EXPECT_EQ(std::memcmp(converted->tensor_data(*c), f.gguf.tensor_data(t), t.bytes), 0) << t.name;
+  }
+  for (const char* key : {"qwen3moe.expert_count", "qwen3moe.expert_used_count", "qwen3moe.expert_feed_forward_length"}) {
+    ASSERT_NE(converted->find(key), nullptr) << key;
+    EXPECT_EQ(converted->find(key)->type, model::GgufType::kUint32) << key;
+    EXPECT_EQ(converted->get_int(key), f.gguf.get_int(key)) << key;
+  }
+  EXPECT_EQ(greedy(out), greedy(f.dir));
+}
+
 TEST(ConvertHf, Qwen2Bf16KeepsItsNeoxOrder) {
   Folder f = make_folder("convert-qwen2", "qwen2", "BF16");
   const std::string out = testing::temp_dir() + "/converted-qwen2.gguf";

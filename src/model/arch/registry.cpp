@@ -74,6 +74,7 @@ std::vector<ArchInfo> make_table() {
   {
     ArchInfo a;  // qwen3's attention, a mixture-of-experts FFN in every layer (model/moe.h)
     a.gguf_name = "qwen3moe";
+    a.hf_classes = {"Qwen3MoeForCausalLM"};
     a.hf_model_types = {"qwen3_moe"};
     a.arch = Arch::kQwen3Moe;
     a.gguf_rope = RopeStyle::kNeoxHalves;

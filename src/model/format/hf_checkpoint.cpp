@@ -104,6 +104,23 @@ std::optional<std::string> gguf_name_from_hf(std::string_view n, bool four_norms
   for (const auto& [hf, gguf] : kLayer) {
     if (n == hf) return "blk." + layer + "." + std::string(gguf);
   }
+  // Mixture of experts (Qwen3-MoE): the router, and each expert's weights as
+  // blk.N.ffn_{gate,up,down}_exps.E.weight (bind_experts reads them in place; convert stacks
+  // them into llama.cpp's 3-D tensors).
+  if (n == "mlp.gate.weight") return "blk." + layer + ".ffn_gate_inp.weight";
+  constexpr std::string_view kExperts = "mlp.experts.";
+  if (n.starts_with(kExperts)) {
+    n.remove_prefix(kExperts.size());
+    size_t e = 0;
+    while (e < n.size() && e < 6 && n[e] >= '0' && n[e] <= '9') ++e;
+    if (e == 0 || e >= n.size() || n[e] != '.' || (e > 1 && n[0] == '0')) return std::nullopt;
+    const std::string expert(n.substr(0, e));
+    n.remove_prefix(e + 1);
+    for (const auto& [hf, gguf] : {std::pair<std::string_view, std::string_view>{"gate_proj.weight", "ffn_gate_exps"},
+                                   {"up_proj.weight", "ffn_up_exps"}, {"down_proj.weight", "ffn_down_exps"}}) {
+      if (n == hf) return "blk." + layer + "." + std::string(gguf) + "." + expert + ".weight";
+    }
+  }
   return std::nullopt;
 }
 
@@ -246,6 +263,11 @@ GgufFile HfCheckpoint::metadata() const {
     f.set(a + "rope.freq_base_swa", GgufValue::of_f32(m.rope_local.freq_base));
   }
   if (m.final_logit_softcap > 0) f.set(a + "final_logit_softcapping", GgufValue::of_f32(m.final_logit_softcap));
+  if (m.is_moe()) {
+    f.set(a + "expert_count", GgufValue::of_i64(m.n_expert));
+    f.set(a + "expert_used_count", GgufValue::of_i64(m.n_expert_used));
+    f.set(a + "expert_feed_forward_length", GgufValue::of_i64(m.n_ff_exp));
+  }
   f.set("pagoda.weights_digest", GgufValue::of_u64(weights_digest_));
   return f;
 }

@@ -114,6 +114,23 @@ Status read_gemma3_hf(const json& j, ModelConfig& c) {
   return Status::ok();
 }
 
+// Qwen3-MoE's keys (Qwen3MoeForCausalLM): num_experts, num_experts_per_tok,
+// moe_intermediate_size; every layer sparse (decoder_sparse_step 1, no mlp_only_layers) and
+// the top-k weights renormalized (norm_topk_prob true), the routing model/moe.h runs.
+Status read_moe_hf(const json& j, ModelConfig& c) {
+  PAGODA_ASSIGN_OR_RETURN(c.n_expert, get_int(j, "num_experts", std::nullopt));
+  PAGODA_ASSIGN_OR_RETURN(c.n_expert_used, get_int(j, "num_experts_per_tok", std::nullopt));
+  PAGODA_ASSIGN_OR_RETURN(c.n_ff_exp, get_int(j, "moe_intermediate_size", std::nullopt));
+  PAGODA_ASSIGN_OR_RETURN(bool norm_topk, get_bool(j, "norm_topk_prob", false));
+  if (!norm_topk) return Status::invalid_argument("norm_topk_prob false (top-k weights not renormalized) is not supported");
+  PAGODA_ASSIGN_OR_RETURN(int64_t step, get_int(j, "decoder_sparse_step", 1));
+  if (step != 1) return Status::invalid_argument("decoder_sparse_step " + std::to_string(step) + " (dense layers between MoE ones) is not supported");
+  if (const json* dense = get(j, "mlp_only_layers"); dense != nullptr && !(dense->is_array() && dense->empty())) {
+    return Status::invalid_argument("mlp_only_layers (dense layers between MoE ones) is not supported");
+  }
+  return Status::ok();
+}
+
 Result<HfConfig> parse(const json& j) {
   if (!j.is_object()) return Status::invalid_argument("not a JSON object");
   HfConfig h;
@@ -181,6 +198,7 @@ Result<HfConfig> parse(const json& j) {
     if (c.sliding_window < 0) return Status::invalid_argument("negative sliding_window");
   }
   if (a->arch == Arch::kGemma3) PAGODA_RETURN_IF_ERROR(read_gemma3_hf(j, c));
+  if (a->moe) PAGODA_RETURN_IF_ERROR(read_moe_hf(j, c));
   PAGODA_RETURN_IF_ERROR(validate_config(c));
   return h;
 }

@@ -5,6 +5,7 @@
 //   Qwen3ForCausalLM                       qwen3  (q/k RMSNorm per head)
 //   Gemma3ForCausalLM                      gemma3 (GeGLU, four norms, sliding layers: the keys
 //                                          at read_gemma3_hf in hf_config.cpp)
+//   Qwen3MoeForCausalLM                    qwen3moe (experts: the keys at read_moe_hf)
 //
 // All of them apply RoPE with rotate_half, i.e. pairs (i, i + rot/2): RopeStyle::kNeoxHalves
 // (GGUF llama files instead hold Q/K rows permuted for adjacent pairs; HF weights are used as

@@ -25,6 +25,12 @@ void permute_rows(const uint8_t* in, uint8_t* out, int64_t n_heads, int64_t head
   }
 }
 
+// "blk.N.ffn_gate_exps.E.weight" (hf_checkpoint.cpp's name for one expert's tensor).
+bool is_expert_tensor(const std::string& name) {
+  const size_t exps = name.find("_exps.");
+  return exps != std::string::npos && name.compare(exps + 6, std::string::npos, "weight") != 0;
+}
+
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -40,7 +46,8 @@ Result<GgufFile> gguf_from_hf(const HfCheckpoint& checkpoint, const HfTokenizer&
   // llama.cpp reads the hyperparameters as u32 (an i64 is "wrong type").
   for (const char* key : {"embedding_length", "block_count", "attention.head_count", "attention.head_count_kv",
                           "attention.key_length", "attention.value_length", "feed_forward_length", "vocab_size",
-                          "context_length", "rope.dimension_count", "attention.sliding_window"}) {
+                          "context_length", "rope.dimension_count", "attention.sliding_window", "expert_count",
+                          "expert_used_count", "expert_feed_forward_length"}) {
     if (std::optional<int64_t> v = out.get_int(a + key)) out.set(a + key, GgufValue::of_u32(static_cast<uint32_t>(*v)));
   }
   if (out.get_int(a + "attention.key_length")) {
@@ -75,6 +82,7 @@ Result<GgufFile> gguf_from_hf(const HfCheckpoint& checkpoint, const HfTokenizer&
   }
   uint32_t file_type = 0;  // llama.cpp's LLAMA_FTYPE: 0 all F32, 1 mostly F16, 32 mostly BF16
   for (const auto& [name, t] : checkpoint.tensors()) {
+    if (is_expert_tensor(name)) continue;  // stacked below
     if (!t.dtype || (*t.dtype != DType::kF32 && *t.dtype != DType::kF16 && *t.dtype != DType::kBF16)) {
       return Status::invalid_argument(checkpoint.dir() + ": tensor " + name + " is " + t.type_name +
                                       "; the converter writes F32, F16 and BF16 weights");
@@ -102,6 +110,34 @@ Result<GgufFile> gguf_from_hf(const HfCheckpoint& checkpoint, const HfTokenizer&
     }
     done += static_cast<int64_t>(bytes);
     if (progress) progress(done, total);
+  }
+  // Experts: HF keeps one tensor per expert, llama.cpp one 3-D tensor per layer and weight
+  // ({n_in, n_out, n_expert}, expert 0 first).
+  for (int64_t l = 0; m.is_moe() && l < m.n_layer; ++l) {
+    for (const char* weight : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
+      const std::string stem = "blk." + std::to_string(l) + "." + weight;
+      const TensorRef* first = nullptr;
+      std::vector<const TensorRef*> parts;
+      for (int64_t e = 0; e < m.n_expert; ++e) {
+        auto it = checkpoint.tensors().find(stem + "." + std::to_string(e) + ".weight");
+        if (it == checkpoint.tensors().end()) {
+          return Status::invalid_argument(checkpoint.dir() + ": missing expert " + std::to_string(e) + " of " + stem);
+        }
+        const TensorRef& t = it->second;
+        if (first == nullptr) first = &t;
+        if (t.dims != first->dims || t.dtype != first->dtype) {
+          return Status::invalid_argument(checkpoint.dir() + ": the experts of " + stem + " differ in shape or type");
+        }
+        parts.push_back(&t);
+      }
+      const uint32_t type = ggml_type_from_dtype(*first->dtype);
+      PAGODA_ASSIGN_OR_RETURN(uint64_t bytes, ggml_tensor_bytes(first->dims, type));
+      std::vector<int64_t> dims = first->dims;
+      dims.push_back(m.n_expert);
+      PAGODA_ASSIGN_OR_RETURN(uint8_t * dst, out.add_tensor_uninitialized(stem + ".weight", dims, type));
+      for (size_t e = 0; e < parts.size(); ++e) std::memcpy(dst + e * bytes, parts[e]->data, bytes);
+      if (type != kGgmlTypeF32) file_type = type == kGgmlTypeF16 ? 1 : 32;
+    }
   }
   if (!m.rope.freq_factors.empty()) {
     const std::vector<float>& f = m.rope.freq_factors;
