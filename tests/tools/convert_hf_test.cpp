@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "hf_writer.h"
 #include "model/format/gguf.h"
@@ -31,6 +32,27 @@ Folder make_folder(const std::string& name, const std::string& arch, const std::
   testing::write_hf_folder(f.gguf, f.dir, {.dtype = dtype});
   testing::write_byte_level_tokenizer(f.dir);
   return f;
+}
+
+// The same from one of make-model's shapes (its own architecture and keys).
+Folder shape_folder(const std::string& name, const std::string& shape) {
+  Folder f;
+  f.dir = testing::temp_dir() + "/" + name;
+  std::filesystem::remove_all(f.dir);
+  f.gguf = std::move(model::make_random_model(model::find_model_shape(shape).value(), DType::kF32, 3)).value();
+  testing::write_hf_folder(f.gguf, f.dir);
+  testing::write_byte_level_tokenizer(f.dir);
+  return f;
+}
+
+// `pagoda convert` of f.dir to OUT, read back (nullopt, with a failure, if either step fails).
+std::optional<model::GgufFile> convert_folder(const Folder& f, const std::string& out) {
+  Output o = pagoda("convert " + f.dir + " -o " + out + " --quiet");
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  auto converted = model::GgufFile::read(out);
+  EXPECT_TRUE(converted.is_ok()) << converted.status().message();
+  if (o.exit_code != 0 || !converted.is_ok()) return std::nullopt;
+  return std::move(converted).value();
 }
 
 std::vector<int> greedy(const std::string& model, const std::string& extra = "--ignore-eos") {
@@ -77,17 +99,10 @@ TEST(ConvertHf, ALlamaFolderBecomesTheGgufItCameFrom) {
 // Gemma 3: Gemma's norm names back to llama.cpp's, norms back to w + 1 in f32, the sliding
 // pattern as the integer llama.cpp reads, the local RoPE base; the file runs as the folder.
 TEST(ConvertHf, AGemma3FolderBecomesTheGgufItCameFrom) {
-  Folder f;
-  f.dir = testing::temp_dir() + "/convert-gemma3";
-  std::filesystem::remove_all(f.dir);
-  f.gguf = std::move(model::make_random_model(model::find_model_shape("tiny-gemma3").value(), DType::kF32, 3)).value();
-  testing::write_hf_folder(f.gguf, f.dir);
-  testing::write_byte_level_tokenizer(f.dir);
+  const Folder f = shape_folder("convert-gemma3", "tiny-gemma3");
   const std::string out = testing::temp_dir() + "/converted-gemma3.gguf";
-  Output o = pagoda("convert " + f.dir + " -o " + out + " --quiet");
-  ASSERT_EQ(o.exit_code, 0) << o.err;
-  auto converted = model::GgufFile::read(out);
-  ASSERT_TRUE(converted.is_ok()) << converted.status().message();
+  const std::optional<model::GgufFile> converted = convert_folder(f, out);
+  ASSERT_TRUE(converted.has_value());
   for (const model::GgufTensorInfo& t : f.gguf.tensors()) {
     const model::GgufTensorInfo* c = converted->find_tensor(t.name);
     ASSERT_NE(c, nullptr) << t.name;
@@ -105,17 +120,10 @@ TEST(ConvertHf, AGemma3FolderBecomesTheGgufItCameFrom) {
 
 // Qwen3-MoE: one HF tensor per expert becomes llama.cpp's 3-D tensor per weight, byte for byte.
 TEST(ConvertHf, AQwen3MoeFolderBecomesTheGgufItCameFrom) {
-  Folder f;
-  f.dir = testing::temp_dir() + "/convert-qwen3moe";
-  std::filesystem::remove_all(f.dir);
-  f.gguf = std::move(model::make_random_model(model::find_model_shape("tiny-qwen3moe").value(), DType::kF32, 3)).value();
-  testing::write_hf_folder(f.gguf, f.dir);
-  testing::write_byte_level_tokenizer(f.dir);
+  const Folder f = shape_folder("convert-qwen3moe", "tiny-qwen3moe");
   const std::string out = testing::temp_dir() + "/converted-qwen3moe.gguf";
-  Output o = pagoda("convert " + f.dir + " -o " + out + " --quiet");
-  ASSERT_EQ(o.exit_code, 0) << o.err;
-  auto converted = model::GgufFile::read(out);
-  ASSERT_TRUE(converted.is_ok()) << converted.status().message();
+  const std::optional<model::GgufFile> converted = convert_folder(f, out);
+  ASSERT_TRUE(converted.has_value());
   EXPECT_EQ(converted->tensors().size(), f.gguf.tensors().size());
   for (const model::GgufTensorInfo& t : f.gguf.tensors()) {
     const model::GgufTensorInfo* c = converted->find_tensor(t.name);

@@ -54,6 +54,16 @@ Result<std::map<std::string, std::vector<std::string>>> read_index(const fs::pat
   return by_file;
 }
 
+// A decimal index of 1..6 digits without a leading zero, then '.', taken off the front of n.
+std::optional<std::string> take_index(std::string_view& n) {
+  size_t digits = 0;
+  while (digits < n.size() && digits < 6 && n[digits] >= '0' && n[digits] <= '9') ++digits;
+  if (digits == 0 || digits >= n.size() || n[digits] != '.' || (digits > 1 && n[0] == '0')) return std::nullopt;
+  std::string index(n.substr(0, digits));
+  n.remove_prefix(digits + 1);
+  return index;
+}
+
 }  // namespace
 
 std::optional<std::string> gguf_name_from_hf(std::string_view n, bool four_norms) {
@@ -68,11 +78,8 @@ std::optional<std::string> gguf_name_from_hf(std::string_view n, bool four_norms
   constexpr std::string_view kLayers = "model.layers.";
   if (!n.starts_with(kLayers)) return std::nullopt;
   n.remove_prefix(kLayers.size());
-  size_t digits = 0;
-  while (digits < n.size() && digits < 6 && n[digits] >= '0' && n[digits] <= '9') ++digits;
-  if (digits == 0 || digits >= n.size() || n[digits] != '.' || (digits > 1 && n[0] == '0')) return std::nullopt;
-  const std::string layer(n.substr(0, digits));
-  n.remove_prefix(digits + 1);
+  const std::optional<std::string> layer = take_index(n);
+  if (!layer) return std::nullopt;
   static constexpr std::pair<std::string_view, std::string_view> kLayer[] = {
       {"input_layernorm.weight", "attn_norm.weight"},
       {"post_attention_layernorm.weight", "ffn_norm.weight"},
@@ -98,27 +105,24 @@ std::optional<std::string> gguf_name_from_hf(std::string_view n, bool four_norms
   };
   if (four_norms) {
     for (const auto& [hf, gguf] : kFourNorms) {
-      if (n == hf) return "blk." + layer + "." + std::string(gguf);
+      if (n == hf) return "blk." + *layer + "." + std::string(gguf);
     }
   }
   for (const auto& [hf, gguf] : kLayer) {
-    if (n == hf) return "blk." + layer + "." + std::string(gguf);
+    if (n == hf) return "blk." + *layer + "." + std::string(gguf);
   }
   // Mixture of experts (Qwen3-MoE): the router, and each expert's weights as
   // blk.N.ffn_{gate,up,down}_exps.E.weight (bind_experts reads them in place; convert stacks
   // them into llama.cpp's 3-D tensors).
-  if (n == "mlp.gate.weight") return "blk." + layer + ".ffn_gate_inp.weight";
+  if (n == "mlp.gate.weight") return "blk." + *layer + ".ffn_gate_inp.weight";
   constexpr std::string_view kExperts = "mlp.experts.";
   if (n.starts_with(kExperts)) {
     n.remove_prefix(kExperts.size());
-    size_t e = 0;
-    while (e < n.size() && e < 6 && n[e] >= '0' && n[e] <= '9') ++e;
-    if (e == 0 || e >= n.size() || n[e] != '.' || (e > 1 && n[0] == '0')) return std::nullopt;
-    const std::string expert(n.substr(0, e));
-    n.remove_prefix(e + 1);
+    const std::optional<std::string> expert = take_index(n);
+    if (!expert) return std::nullopt;
     for (const auto& [hf, gguf] : {std::pair<std::string_view, std::string_view>{"gate_proj.weight", "ffn_gate_exps"},
                                    {"up_proj.weight", "ffn_up_exps"}, {"down_proj.weight", "ffn_down_exps"}}) {
-      if (n == hf) return "blk." + layer + "." + std::string(gguf) + "." + expert + ".weight";
+      if (n == hf) return "blk." + *layer + "." + std::string(gguf) + "." + *expert + ".weight";
     }
   }
   return std::nullopt;
