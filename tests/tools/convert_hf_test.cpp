@@ -55,6 +55,24 @@ std::optional<model::GgufFile> convert_folder(const Folder& f, const std::string
   return std::move(converted).value();
 }
 
+// Every tensor of `original` is in `converted` with the same dims and bytes, and the same
+// values: byte for byte (tolerance 0) or, f32, within `tolerance`.
+void expect_same_tensors(const model::GgufFile& original, const model::GgufFile& converted, double tolerance = 0) {
+  for (const model::GgufTensorInfo& t : original.tensors()) {
+    const model::GgufTensorInfo* c = converted.find_tensor(t.name);
+    ASSERT_NE(c, nullptr) << t.name;
+    EXPECT_EQ(c->dims, t.dims) << t.name;
+    ASSERT_EQ(c->bytes, t.bytes) << t.name;
+    if (tolerance == 0) {
+      EXPECT_EQ(std::memcmp(converted.tensor_data(*c), original.tensor_data(t), t.bytes), 0) << t.name;
+      continue;
+    }
+    const auto* a = reinterpret_cast<const float*>(converted.tensor_data(*c));
+    const auto* b = reinterpret_cast<const float*>(original.tensor_data(t));
+    for (int64_t i = 0; i < t.num_elements(); ++i) ASSERT_NEAR(a[i], b[i], tolerance) << t.name << " " << i;
+  }
+}
+
 std::vector<int> greedy(const std::string& model, const std::string& extra = "--ignore-eos") {
   Output o = pagoda("run -m " + model + " -p 'hello the' -n 12 --temp 0 --json " + extra);
   EXPECT_EQ(o.exit_code, 0) << o.err;
@@ -71,13 +89,7 @@ TEST(ConvertHf, ALlamaFolderBecomesTheGgufItCameFrom) {
   auto converted = model::GgufFile::read(out);
   ASSERT_TRUE(converted.is_ok()) << converted.status().message();
   // The Q/K rows went back to ggml's pair order: every tensor equals the original, byte for byte.
-  for (const model::GgufTensorInfo& t : f.gguf.tensors()) {
-    const model::GgufTensorInfo* c = converted->find_tensor(t.name);
-    ASSERT_NE(c, nullptr) << t.name;
-    EXPECT_EQ(c->dims, t.dims) << t.name;
-    ASSERT_EQ(c->bytes, t.bytes) << t.name;
-    EXPECT_EQ(std::memcmp(converted->tensor_data(*c), f.gguf.tensor_data(t), t.bytes), 0) << t.name;
-  }
+  expect_same_tensors(f.gguf, *converted);
   EXPECT_EQ(converted->get_string("general.architecture"), "llama");
   EXPECT_EQ(converted->get_int("llama.block_count"), 2);
   for (const char* key : {"llama.block_count", "llama.context_length", "llama.embedding_length", "llama.attention.head_count"}) {
@@ -103,14 +115,7 @@ TEST(ConvertHf, AGemma3FolderBecomesTheGgufItCameFrom) {
   const std::string out = testing::temp_dir() + "/converted-gemma3.gguf";
   const std::optional<model::GgufFile> converted = convert_folder(f, out);
   ASSERT_TRUE(converted.has_value());
-  for (const model::GgufTensorInfo& t : f.gguf.tensors()) {
-    const model::GgufTensorInfo* c = converted->find_tensor(t.name);
-    ASSERT_NE(c, nullptr) << t.name;
-    ASSERT_EQ(c->bytes, t.bytes) << t.name;
-    const auto* a = reinterpret_cast<const float*>(converted->tensor_data(*c));
-    const auto* b = reinterpret_cast<const float*>(f.gguf.tensor_data(t));
-    for (int64_t i = 0; i < t.num_elements(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6) << t.name << " " << i;  // (w - 1) + 1
-  }
+  expect_same_tensors(f.gguf, *converted, 1e-6);  // norms went through (w - 1) + 1
   EXPECT_EQ(converted->get_int("gemma3.attention.sliding_window"), 8);
   EXPECT_EQ(converted->find("gemma3.attention.sliding_window")->type, model::GgufType::kUint32);
   EXPECT_EQ(converted->get_int("gemma3.attention.sliding_window_pattern"), 3);
@@ -125,13 +130,7 @@ TEST(ConvertHf, AQwen3MoeFolderBecomesTheGgufItCameFrom) {
   const std::optional<model::GgufFile> converted = convert_folder(f, out);
   ASSERT_TRUE(converted.has_value());
   EXPECT_EQ(converted->tensors().size(), f.gguf.tensors().size());
-  for (const model::GgufTensorInfo& t : f.gguf.tensors()) {
-    const model::GgufTensorInfo* c = converted->find_tensor(t.name);
-    ASSERT_NE(c, nullptr) << t.name;
-    EXPECT_EQ(c->dims, t.dims) << t.name;
-    ASSERT_EQ(c->bytes, t.bytes) << t.name;
-    EXPECT_EQ(std::memcmp(converted->tensor_data(*c), f.gguf.tensor_data(t), t.bytes), 0) << t.name;
-  }
+  expect_same_tensors(f.gguf, *converted);
   for (const char* key : {"qwen3moe.expert_count", "qwen3moe.expert_used_count", "qwen3moe.expert_feed_forward_length"}) {
     ASSERT_NE(converted->find(key), nullptr) << key;
     EXPECT_EQ(converted->find(key)->type, model::GgufType::kUint32) << key;
