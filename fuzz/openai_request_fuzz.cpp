@@ -30,7 +30,8 @@ void check(const ApiRequest& req, const RequestLimits& limits, bool chat) {
     if (!p.is_tokens && !pagoda::fuzz::valid_utf8(p.text)) fuzz_fail("openai: prompt text is not UTF-8");
   }
   for (const auto& m : req.messages) {
-    if (m.role != "system" && m.role != "user" && m.role != "assistant") fuzz_fail("openai: role", m.role);
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") fuzz_fail("openai: role", m.role);
+    if (m.role != "assistant" && !m.tool_calls.empty()) fuzz_fail("openai: tool calls outside an assistant message");
     if (!pagoda::fuzz::valid_utf8(m.content)) fuzz_fail("openai: message content is not UTF-8");
   }
   if (!req.sampling.validate().is_ok()) fuzz_fail("openai: sampling parameters accepted but invalid");

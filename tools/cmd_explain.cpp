@@ -75,16 +75,21 @@ int explain(const ExplainOptions& o) {
   if (!res) return fail(Status::unavailable("no answer from " + o.url + ": " + httplib::to_string(res.error())));
   const json answer = json::parse(res->body, nullptr, false);
   if (res->status != 200) {
-    const std::string message = !answer.is_discarded() && answer.contains("error")
-                                    ? answer["error"].value("message", res->body)
-                                    : res->body;
+    const bool has_message = !answer.is_discarded() && answer.is_object() && answer.contains("error") &&
+                             answer["error"].is_object() && answer["error"].contains("message") &&
+                             answer["error"]["message"].is_string();
+    const std::string message = has_message ? answer["error"]["message"].get<std::string>() : res->body;
     return fail(Status::error("HTTP " + std::to_string(res->status) + ": " + message));
   }
   if (answer.is_discarded()) return fail(Status::error("the server's answer is not JSON"));
   if (o.json) {
     std::printf("%s\n", answer.dump(2).c_str());
   } else {
-    print_explanation(answer);
+    try {  // the answer comes from whatever listens at --url: a field of another type is an error, not a crash
+      print_explanation(answer);
+    } catch (const json::exception& e) {
+      return fail(Status::error(std::string("the server's answer is not an explanation: ") + e.what()));
+    }
   }
   return 0;
 }

@@ -19,6 +19,12 @@ std::string text_or(const json& j, const char* key, std::string fallback = "") {
   return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
+// The boolean at `key`, or `fallback` when it is missing or not a boolean (a worker never crashes the router).
+bool flag_or(const json& j, const char* key, bool fallback) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
 }  // namespace
 
 kvcache::KvNamespace WorkerInfo::kv_namespace(std::string_view cache_salt) const {
@@ -45,8 +51,8 @@ Result<WorkerInfo> parse_worker_info(std::string_view text) {
       !parse_hex64(j.value("kv_format", json()), w.kv_format)) {
     return Status::invalid_argument("/v1/kv/events: model_fingerprint and kv_format must be 16 hex digits");
   }
-  w.prefix_caching = j.value("prefix_caching", true);
-  w.salt_per_api_key = j.value("salt_per_api_key", false);
+  w.prefix_caching = flag_or(j, "prefix_caching", true);
+  w.salt_per_api_key = flag_or(j, "salt_per_api_key", false);
   if (auto probe = j.find("tokenizer_probe"); probe != j.end() && probe->is_array()) {
     for (const json& id : *probe) {
       if (!id.is_number_integer()) return Status::invalid_argument("/v1/kv/events: tokenizer_probe holds a non-integer");
@@ -55,7 +61,7 @@ Result<WorkerInfo> parse_worker_info(std::string_view text) {
   }
   auto events = j.find("kv_events");
   if (events != j.end() && events->is_object()) {
-    w.events_enabled = events->value("enabled", false);
+    w.events_enabled = flag_or(*events, "enabled", false);
     w.events_endpoint = text_or(*events, "endpoint");
     w.replay_endpoint = text_or(*events, "replay_endpoint");
     w.topic = text_or(*events, "topic");

@@ -41,6 +41,15 @@ TEST(WorkerInfo, RejectsWhatItCannotFollow) {
   }
 }
 
+TEST(WorkerInfo, FlagsOfAnotherTypeFallBackInsteadOfThrowing) {
+  auto w = parse_worker_info(R"({"block_size":16,"model_fingerprint":"6769604056e9b0d7","kv_format":"00000000000000ff",
+    "prefix_caching":"yes","salt_per_api_key":1,"kv_events":{"enabled":[true]}})");
+  ASSERT_TRUE(w.is_ok()) << w.status().message();
+  EXPECT_TRUE(w->prefix_caching);
+  EXPECT_FALSE(w->salt_per_api_key);
+  EXPECT_FALSE(w->events_enabled);
+}
+
 TEST(WorkerInfo, WildcardEndpointsGetTheWorkersHost) {
   EXPECT_EQ(reachable_endpoint("tcp://0.0.0.0:5557", "10.0.0.7"), "tcp://10.0.0.7:5557");
   EXPECT_EQ(reachable_endpoint("tcp://*:5557", "worker-3"), "tcp://worker-3:5557");

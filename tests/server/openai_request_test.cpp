@@ -230,6 +230,10 @@ TEST(OpenAiRequest, ChatMessagesAndFields) {
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": 5}]})", true), "messages[0].content");
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true),
             "messages[0].content");
+  // A part whose type is not a string is refused like any other part (it once threw out of the parser).
+  EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": [{"type": 1e-400, "text": "x"}]}]})", true),
+            "messages[0].content");
+  EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": [{"text": "x"}]}]})", true), "messages[0].content");
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", true), "top_logprobs");
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})", true), "logprobs");
   EXPECT_EQ(bad_param(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})", true),

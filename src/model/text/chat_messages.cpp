@@ -66,7 +66,7 @@ Result<std::vector<ChatMessage>> chat_messages_from_json(const json& m, std::str
       message.content = content->get<std::string>();
     } else if (content->is_array()) {
       for (const json& part : *content) {
-        if (!part.is_object() || part.value("type", std::string()) != "text" || !part.contains("text") ||
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
             !part["text"].is_string()) {
           return fail(at + ".content", "only text parts ({\"type\": \"text\", \"text\": \"...\"}) are supported");
         }
