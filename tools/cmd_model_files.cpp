@@ -22,8 +22,19 @@ void print_config(const model::ModelConfig& c) {
   std::printf("heads           %lld query, %lld kv (%s), head dim %lld\n", (long long)c.n_head, (long long)c.n_kv_head,
               c.n_kv_head == c.n_head ? "MHA" : c.n_kv_head == 1 ? "MQA" : "GQA", (long long)c.head_dim);
   if (c.is_moe()) {
-    std::printf("experts         %lld of width %lld, %lld per token (softmax top-k, renormalized)\n",
-                (long long)c.n_expert, (long long)c.n_ff_exp, (long long)c.n_expert_used);
+    const model::ExpertRouting& r = c.routing;
+    std::string rule = r.gating == model::ExpertGating::kSigmoid ? "sigmoid" : "softmax";
+    if (r.n_groups > 1) rule += ", best " + std::to_string(r.n_groups_used) + " of " + std::to_string(r.n_groups) + " groups";
+    rule += std::string(" top-k, ") + (r.normalize ? "renormalized" : "not renormalized");
+    if (r.scale != 1.0f) rule += ", x" + std::to_string(r.scale).substr(0, 4);
+    std::printf("experts         %lld of width %lld, %lld per token (%s)\n", (long long)c.n_expert, (long long)c.n_ff_exp,
+                (long long)c.n_expert_used, rule.c_str());
+    if (c.n_expert_shared > 0) {
+      std::printf("shared experts  %lld (width %lld, every token)\n", (long long)c.n_expert_shared, (long long)c.n_ff_shexp());
+    }
+    if (c.n_dense_lead > 0) {
+      std::printf("dense layers    the first %lld (feed-forward %lld)\n", (long long)c.n_dense_lead, (long long)c.n_ff);
+    }
   } else {
     std::printf("feed-forward    %lld\n", (long long)c.n_ff);
   }

@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "model/llama_model.h"
+#include "model/moe.h"
 #include "model/weight_binding.h"
 
 namespace pagoda::model {
@@ -93,9 +94,7 @@ Status LlamaModel::bind_mla(const TensorTable& f) {
       PAGODA_ASSIGN_OR_RETURN(w.wv_b, load_f32(f, p + "attn_v_b.weight", {r, dv, H}));
     }
     PAGODA_ASSIGN_OR_RETURN(w.wo, bind_matrix(f, p + "attn_output.weight", c.n_embd, H * dv));
-    PAGODA_ASSIGN_OR_RETURN(w.w_gate, bind_matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd));
-    PAGODA_ASSIGN_OR_RETURN(w.w_up, bind_matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd));
-    PAGODA_ASSIGN_OR_RETURN(w.w_down, bind_matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff));
+    PAGODA_RETURN_IF_ERROR(bind_ffn(f, c, l, w));
   }
   return Status::ok();
 }

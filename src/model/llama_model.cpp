@@ -105,16 +105,7 @@ Status LlamaModel::bind(const TensorTable& f) {
       PAGODA_ASSIGN_OR_RETURN(w.wv, bind_matrix(f, p + "attn_v.weight", c.kv_dim(), c.n_embd));
     }
     PAGODA_ASSIGN_OR_RETURN(w.wo, bind_matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim()));
-    if (c.is_moe()) {
-      PAGODA_ASSIGN_OR_RETURN(w.w_router, bind_matrix(f, p + "ffn_gate_inp.weight", c.n_expert, c.n_embd));
-      PAGODA_ASSIGN_OR_RETURN(w.w_gate_exp, bind_experts(f, p + "ffn_gate_exps.weight", c.n_expert, c.n_ff_exp, c.n_embd));
-      PAGODA_ASSIGN_OR_RETURN(w.w_up_exp, bind_experts(f, p + "ffn_up_exps.weight", c.n_expert, c.n_ff_exp, c.n_embd));
-      PAGODA_ASSIGN_OR_RETURN(w.w_down_exp, bind_experts(f, p + "ffn_down_exps.weight", c.n_expert, c.n_embd, c.n_ff_exp));
-    } else {
-      PAGODA_ASSIGN_OR_RETURN(w.w_gate, bind_matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd));
-      PAGODA_ASSIGN_OR_RETURN(w.w_up, bind_matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd));
-      PAGODA_ASSIGN_OR_RETURN(w.w_down, bind_matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff));
-    }
+    PAGODA_RETURN_IF_ERROR(bind_ffn(f, c, l, w));
     if (c.has_qkv_bias) {
       PAGODA_ASSIGN_OR_RETURN(w.bq, load_vector(f, p + "attn_q.bias", c.q_dim()));
       if (owns_kv) {
@@ -140,7 +131,8 @@ int64_t LlamaModel::weight_bytes() const {
   int64_t bytes = 0;
   auto add = [&](const kernels::WeightView& w) { bytes += static_cast<int64_t>(w.row_bytes()) * w.n_out; };
   for (const LayerWeights& w : layers_) {
-    for (const auto* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.wq_a, &w.wkv_a, &w.w_router}) {
+    for (const auto* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.wq_a, &w.wkv_a, &w.w_router,
+                          &w.w_gate_shexp, &w.w_up_shexp, &w.w_down_shexp}) {
       if (m->data != nullptr) add(*m);
     }
     for (const auto* experts : {&w.w_gate_exp, &w.w_up_exp, &w.w_down_exp}) {
@@ -148,7 +140,8 @@ int64_t LlamaModel::weight_bytes() const {
     }
     bytes += static_cast<int64_t>(w.attn_norm.size() + w.ffn_norm.size() + w.q_norm.size() + w.k_norm.size() +
                                   w.attn_post_norm.size() + w.ffn_post_norm.size() +
-                                  w.q_a_norm.size() + w.kv_a_norm.size() + w.wk_b.size() + w.wv_b.size()) * 4;
+                                  w.q_a_norm.size() + w.kv_a_norm.size() + w.wk_b.size() + w.wv_b.size() +
+                                  w.expert_bias.size()) * 4;
   }
   add(output_);
   return bytes;
@@ -157,7 +150,10 @@ int64_t LlamaModel::weight_bytes() const {
 Status LlamaModel::round_f16_weights_to_bf16() {
   std::vector<kernels::WeightView*> views = {&token_embd_, &output_};
   for (LayerWeights& w : layers_) {
-    for (auto* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.wq_a, &w.wkv_a, &w.w_router}) views.push_back(m);
+    for (auto* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.wq_a, &w.wkv_a, &w.w_router,
+                    &w.w_gate_shexp, &w.w_up_shexp, &w.w_down_shexp}) {
+      views.push_back(m);
+    }
     for (auto* experts : {&w.w_gate_exp, &w.w_up_exp, &w.w_down_exp}) {
       for (kernels::WeightView& e : *experts) views.push_back(&e);
     }
@@ -186,12 +182,12 @@ Status LlamaModel::round_f16_weights_to_bf16() {
 
 int64_t max_matmul_in(const ModelConfig& c) {
   return std::max({c.n_ff, c.q_dim(), c.n_embd, c.n_head * c.v_head_dim, c.q_lora_rank, c.qk_nope_dim, c.kv_lora_rank,
-                   c.n_ff_exp});
+                   c.n_ff_exp, c.n_ff_shexp()});
 }
 
 int64_t max_matmul_out(const ModelConfig& c) {
   return std::max({c.n_vocab, c.n_ff, c.q_dim(), c.n_embd, c.kv_cache_head_dim(), c.q_lora_rank, c.kv_lora_rank,
-                   c.v_head_dim, c.n_expert, c.n_ff_exp});
+                   c.v_head_dim, c.n_expert, c.n_ff_exp, c.n_ff_shexp()});
 }
 
 ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, int64_t max_tokens, int64_t max_context,
@@ -211,10 +207,12 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, int64_t max_
   k_.resize(max_tokens * c.kv_dim());
   v_.resize(max_tokens * c.kv_dim());
   att_.resize(max_tokens * c.q_dim());
-  gate_.resize(max_tokens * std::max(c.n_ff, c.n_ff_exp));
-  up_.resize(max_tokens * std::max(c.n_ff, c.n_ff_exp));
+  const int64_t ff_widest = std::max({c.n_ff, c.n_ff_exp, c.n_ff_shexp()});
+  gate_.resize(max_tokens * ff_widest);
+  up_.resize(max_tokens * ff_widest);
   if (c.is_moe()) {
     router_.resize(max_tokens * c.n_expert);
+    route_scratch_.resize(3 * c.n_expert);
     route_ids_.resize(max_tokens * c.n_expert_used);
     route_weights_.resize(max_tokens * c.n_expert_used);
     expert_begin_.resize(c.n_expert + 1);
@@ -329,7 +327,7 @@ void ForwardPass::embed(const Batch& batch) {
 void ForwardPass::feed_forward(const LayerWeights& w, int64_t T) {
   // Feed-forward block (SwiGLU): x += (silu(h Wgate) * (h Wup)) Wdown, h = rmsnorm(x).
   const ModelConfig& c = model_.config();
-  if (c.is_moe()) {
+  if (w.is_moe()) {
     feed_forward_moe(w, T);
     return;
   }

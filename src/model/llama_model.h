@@ -45,11 +45,16 @@ struct LayerWeights {
   std::vector<float> kv_a_norm;       // [r]
   std::vector<float> wk_b;            // [n_head, r, dn] f32: q_nope -> latent (absorbed W_UK^T)
   std::vector<float> wv_b;            // [n_head, dv, r] f32: latent -> value (W_UV)
-  // Mixture of experts (model/moe.h; w_gate, w_up, w_down unused).
+  // Mixture of experts (model/moe.h; a MoE layer has w_gate_exp, and w_gate, w_up, w_down
+  // unused). shexp: the shared experts, n_ff_sh = n_ff_exp * n_expert_shared (else unbound).
   kernels::WeightView w_router;                  // [n_expert, n_embd] (ffn_gate_inp)
+  std::vector<float> expert_bias;                // [n_expert] selection bias (exp_probs_b), or empty
   std::vector<kernels::WeightView> w_gate_exp;   // [n_expert] of [n_ff_exp, n_embd]
   std::vector<kernels::WeightView> w_up_exp;     // [n_expert] of [n_ff_exp, n_embd]
   std::vector<kernels::WeightView> w_down_exp;   // [n_expert] of [n_embd, n_ff_exp]
+  kernels::WeightView w_gate_shexp, w_up_shexp;  // [n_ff_sh, n_embd]
+  kernels::WeightView w_down_shexp;              // [n_embd, n_ff_sh]
+  bool is_moe() const { return !w_gate_exp.empty(); }
 };
 
 class LlamaModel {
@@ -157,8 +162,9 @@ class ForwardPass {
   std::vector<float> head_in_;     // [max_tokens, max(dn, r)] one head's rows, gathered
   std::vector<float> head_out_;    // [max_tokens, max(r, dv)]
   // MoE only (empty otherwise); k = n_expert_used. gate_ and up_ are then [max_tokens,
-  // max(n_ff, n_ff_exp)].
+  // max(n_ff, n_ff_exp, n_ff_exp * n_expert_shared)].
   std::vector<float> router_;          // [max_tokens, n_expert] router logits
+  std::vector<double> route_scratch_;  // [3 * n_expert] (route_tokens)
   std::vector<int32_t> route_ids_;     // [max_tokens, k] selected experts
   std::vector<float> route_weights_;   // [max_tokens, k] their weights
   std::vector<int64_t> expert_begin_;  // [n_expert + 1] first row of each expert

@@ -35,7 +35,26 @@ Result<std::vector<float>> read_rope_freqs(const GgufFile& file, int64_t rot_dim
   return factors;
 }
 
-// deepseek2 (MLA): the latent geometry, the YaRN softmax scale, and the refusal of MoE layers.
+// {arch}.expert_gating_func (0 or absent: softmax, 1 softmax, 2 sigmoid; others refused),
+// expert_weights_norm, expert_weights_scale (0 or absent: 1), expert_group_count and
+// expert_group_used_count (absent: no groups).
+Status read_expert_routing(const GgufFile& file, const std::string& p, bool default_normalize, ExpertRouting& r) {
+  const int64_t gating = file.get_int(p + "expert_gating_func").value_or(0);
+  if (gating != 0 && gating != 1 && gating != 2) {
+    return Status::error(p + "expert_gating_func " + std::to_string(gating) +
+                         " is not supported (1: softmax, 2: sigmoid are)");
+  }
+  r.gating = gating == 2 ? ExpertGating::kSigmoid : ExpertGating::kSoftmax;
+  r.normalize = file.get_bool(p + "expert_weights_norm").value_or(default_normalize);
+  const double scale = file.get_float(p + "expert_weights_scale").value_or(0.0);
+  r.scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
+  r.n_groups = std::max<int64_t>(1, file.get_int(p + "expert_group_count").value_or(1));
+  r.n_groups_used = r.n_groups > 1 ? file.get_int(p + "expert_group_used_count").value_or(0) : 1;
+  return Status::ok();
+}
+
+// deepseek2 (MLA): the latent geometry, the YaRN softmax scale, and the MoE layers after the
+// leading dense ones.
 Status read_mla_config(const GgufFile& file, const std::string& p, double mscale, ModelConfig& c) {
   PAGODA_ASSIGN_OR_RETURN(c.kv_lora_rank, require_int(file, p + "attention.kv_lora_rank"));
   c.q_lora_rank = file.get_int(p + "attention.q_lora_rank").value_or(0);
@@ -54,13 +73,18 @@ Status read_mla_config(const GgufFile& file, const std::string& p, double mscale
                          " with rope.dimension_count " + std::to_string(c.qk_rope_dim) + ", value_length " +
                          std::to_string(c.v_head_dim));
   }
+  // Mixture of experts after the leading dense layers (DeepSeek-V2/V3, Kimi K2): read as
+  // llama.cpp reads them (src/models/deepseek2.cpp): softmax gating unless the file says
+  // otherwise, weights not renormalized unless expert_weights_norm, scale 1 unless given.
   const int64_t n_expert = file.get_int(p + "expert_count").value_or(0);
   const int64_t n_dense = file.get_int(p + "leading_dense_block_count").value_or(n_expert > 0 ? 0 : c.n_layer);
   if (n_expert > 0 && n_dense < c.n_layer) {
-    return Status::error("this deepseek2 file has mixture-of-experts FFN layers (" + std::to_string(n_expert) +
-                         " experts in layers " + std::to_string(n_dense) + ".." + std::to_string(c.n_layer - 1) +
-                         "); Pagoda runs deepseek2 models whose FFN layers are all dense (MLA attention is "
-                         "supported, MoE is not)");
+    c.n_expert = n_expert;
+    PAGODA_ASSIGN_OR_RETURN(c.n_expert_used, require_int(file, p + "expert_used_count"));
+    PAGODA_ASSIGN_OR_RETURN(c.n_ff_exp, require_int(file, p + "expert_feed_forward_length"));
+    c.n_expert_shared = file.get_int(p + "expert_shared_count").value_or(0);
+    c.n_dense_lead = n_dense;
+    PAGODA_RETURN_IF_ERROR(read_expert_routing(file, p, /*default_normalize=*/false, c.routing));
   }
   c.attn_scale = static_cast<float>(mscale * mscale / std::sqrt(static_cast<double>(c.head_dim)));
   return Status::ok();
@@ -147,6 +171,22 @@ Status validate_config(const ModelConfig& c) {
     if (c.n_expert < 1 || c.n_expert > 4096 || c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.n_ff_exp < 1) {
       return Status::error("bad mixture of experts: " + std::to_string(c.n_expert) + " experts, " +
                            std::to_string(c.n_expert_used) + " used per token, width " + std::to_string(c.n_ff_exp));
+    }
+    if (c.n_expert_shared < 0 || c.n_expert_shared > 64 || c.n_dense_lead < 0 || c.n_dense_lead > c.n_layer) {
+      return Status::error("bad mixture of experts: " + std::to_string(c.n_expert_shared) + " shared experts, " +
+                           std::to_string(c.n_dense_lead) + " leading dense layers of " + std::to_string(c.n_layer));
+    }
+    const ExpertRouting& r = c.routing;
+    // Groups as DeepSeek-V3 ranks them: by the sum of each group's two best experts, so a group
+    // holds at least two, and the chosen groups hold at least n_expert_used experts.
+    if (r.n_groups < 1 || c.n_expert % r.n_groups != 0 || r.n_groups_used < 1 || r.n_groups_used > r.n_groups ||
+        (r.n_groups > 1 && (c.n_expert / r.n_groups < 2 || r.n_groups_used * (c.n_expert / r.n_groups) < c.n_expert_used))) {
+      return Status::error("bad expert groups: " + std::to_string(r.n_groups) + " groups of the " +
+                           std::to_string(c.n_expert) + " experts, " + std::to_string(r.n_groups_used) +
+                           " used, " + std::to_string(c.n_expert_used) + " experts per token");
+    }
+    if (!(r.scale > 0) || !std::isfinite(r.scale)) {
+      return Status::error("bad expert_weights_scale " + std::to_string(r.scale));
     }
   }
   if (c.n_vocab <= 0) return Status::error("cannot tell the vocabulary size");
@@ -263,10 +303,14 @@ Result<ModelConfig> config_from_gguf(const GgufFile& file) {
     PAGODA_ASSIGN_OR_RETURN(c.n_expert, require_int(file, p + "expert_count"));
     PAGODA_ASSIGN_OR_RETURN(c.n_expert_used, require_int(file, p + "expert_used_count"));
     c.n_ff_exp = file.get_int(p + "expert_feed_forward_length").value_or(c.n_expert_used > 0 ? c.n_ff / c.n_expert_used : 0);
-    if (auto gating = file.get_int(p + "expert_gating_func"); gating && *gating != 1) {
-      return Status::error(p + "expert_gating_func " + std::to_string(*gating) + " (Pagoda's " + c.arch_name +
-                           " gates by softmax, 1)");
+    // qwen3moe: softmax over all experts, the picked ones renormalized (llama.cpp passes
+    // norm_w true for it whatever the file says).
+    PAGODA_RETURN_IF_ERROR(read_expert_routing(file, p, /*default_normalize=*/true, c.routing));
+    if (c.routing.gating != ExpertGating::kSoftmax || c.routing.n_groups != 1 || c.routing.scale != 1.0f) {
+      return Status::error(p + "expert_gating_func, expert_group_count or expert_weights_scale: " + c.arch_name +
+                           " gates by softmax over all experts, unscaled (llama.cpp ignores these keys for it)");
     }
+    c.routing.normalize = true;
   }
   if (a->read_gguf != nullptr) PAGODA_RETURN_IF_ERROR(a->read_gguf(file, p, c));
   if (const GgufValue* v = file.find(p + "attention.kv_source_layer")) {

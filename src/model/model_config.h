@@ -17,6 +17,22 @@ class GgufFile;
 
 enum class Arch { kLlama, kQwen2, kQwen3, kDeepseek2, kGemma3, kQwen3Moe };
 
+// How a mixture-of-experts layer weighs its experts for a token (model/moe.h has the rule):
+// gating turns router logits into probabilities (softmax, qwen3moe and DeepSeek-V2; sigmoid,
+// DeepSeek-V3 and Kimi K2), a per-expert bias (exp_probs_b) shifts only the selection, experts
+// are picked within the n_group_used best of n_groups groups (DeepSeek-V3; 1: no groups), and the
+// picked probabilities are renormalized to sum to 1 (normalize) and multiplied by scale.
+// GGUF: {arch}.expert_gating_func (1 softmax, 2 sigmoid), expert_weights_norm,
+// expert_weights_scale, expert_group_count, expert_group_used_count.
+enum class ExpertGating { kSoftmax, kSigmoid };
+struct ExpertRouting {
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool normalize = true;
+  float scale = 1.0f;
+  int64_t n_groups = 1;
+  int64_t n_groups_used = 1;
+};
+
 struct ModelConfig {
   Arch arch = Arch::kLlama;
   std::string arch_name;     // "llama", "qwen2", "qwen3", "deepseek2", "gemma3"
@@ -69,14 +85,20 @@ struct ModelConfig {
   // when nothing is shared.
   std::vector<int32_t> kv_cache_layer;
 
-  // Mixture of experts (qwen3moe; model/moe.h): every layer's FFN is n_expert SwiGLU experts
-  // of width n_ff_exp. A token's router logits (ffn_gate_inp) go through a softmax; its
-  // n_expert_used most probable experts run, weighted by those probabilities renormalized to
-  // sum to 1. 0: a dense FFN of n_ff.
+  // Mixture of experts (qwen3moe, deepseek2; model/moe.h): the FFN of layers n_dense_lead..
+  // n_layer-1 is n_expert SwiGLU experts of width n_ff_exp, of which each token runs the
+  // n_expert_used that `routing` picks, plus n_expert_shared experts every token runs (one
+  // SwiGLU of n_ff_exp * n_expert_shared). The first n_dense_lead layers have a dense FFN of
+  // n_ff. n_expert 0: every layer dense.
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;
+  int64_t n_expert_shared = 0;
+  int64_t n_dense_lead = 0;
+  ExpertRouting routing = {};
   bool is_moe() const { return n_expert > 0; }
+  bool is_moe_layer(int64_t l) const { return n_expert > 0 && l >= n_dense_lead; }
+  int64_t n_ff_shexp() const { return n_ff_exp * n_expert_shared; }
 
   bool is_mla() const { return kv_lora_rank > 0; }
   bool owns_kv(int64_t l) const { return kv_source_layer.empty() || kv_source_layer[l] == l; }

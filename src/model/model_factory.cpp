@@ -56,6 +56,24 @@ ModelShape with_experts(ModelShape s, int64_t n_expert, int64_t n_expert_used, i
   return s;
 }
 
+// DeepSeek's MoE on an MLA shape: the first layer dense, `shared` shared experts, and V2's
+// rule (softmax, not renormalized) or V3's (sigmoid + bias, 4 groups of which 2, renormalized,
+// scale 2.5).
+ModelShape with_deepseek_experts(ModelShape s, int64_t n_expert, int64_t n_expert_used, int64_t n_ff_exp,
+                                 int64_t shared, bool v3) {
+  s = with_experts(std::move(s), n_expert, n_expert_used, n_ff_exp);
+  s.n_expert_shared = shared;
+  s.n_dense_lead = 1;
+  if (v3) {
+    s.routing = ExpertRouting{ExpertGating::kSigmoid, /*normalize=*/true, /*scale=*/2.5f, /*n_groups=*/4,
+                              /*n_groups_used=*/2};
+    s.expert_bias = true;
+  } else {
+    s.routing = ExpertRouting{ExpertGating::kSoftmax, /*normalize=*/false, /*scale=*/1.0f, 1, 1};
+  }
+  return s;
+}
+
 const std::vector<ModelShape>& model_shapes() {
   static const std::vector<ModelShape> kShapes = {
       {"default", 256, 4, 8, 4, 768, 512, 2048},
@@ -85,6 +103,12 @@ const std::vector<ModelShape>& model_shapes() {
       // Benchmarks: 64 experts of 512, 8 per token, 12 layers of 1024 (1.3 B parameters, 0.2 B
       // active): a Qwen3-30B-A3B-like ratio that fits a small machine.
       with_experts({"qwen3moe-1b", 1024, 12, 16, 4, 3072, 32000, 4096, "qwen3moe"}, 64, 8, 512),
+      // DeepSeek MoE: MLA layers as tiny-mla-q / xc-mla (llama.cpp reads q_lora_rank as
+      // required but for 26- or 27-layer "lite" files), layer 0 dense.
+      with_deepseek_experts({"tiny-dsv2moe", 64, 3, 4, 4, 96, 320, 512, "deepseek2", 0, 32, 32, 16, 8, 16}, 8, 2, 32, 2, false),
+      with_deepseek_experts({"tiny-dsv3moe", 64, 3, 4, 4, 96, 320, 512, "deepseek2", 0, 32, 32, 16, 8, 16}, 8, 2, 32, 1, true),
+      with_deepseek_experts({"xc-dsv2moe", 128, 4, 4, 4, 256, 32000, 4096, "deepseek2", 0, 48, 64, 32, 16, 32}, 16, 4, 64, 2, false),
+      with_deepseek_experts({"xc-dsv3moe", 128, 4, 4, 4, 256, 32000, 4096, "deepseek2", 0, 48, 64, 32, 16, 32}, 16, 4, 64, 1, true),
   };
   return kShapes;
 }
@@ -197,6 +221,43 @@ Result<GgufFile> make_random_model(const ModelShape& s, DType dtype, uint64_t se
   return make_random_model(s, mix, seed);
 }
 
+namespace {
+
+// Layer l's router (F32 in every mix), selection bias (shape.expert_bias), each weight of
+// every expert as one 3-D tensor {n_in, n_out, n_expert}, and the shared experts' weights.
+Status add_random_experts(GgufFile& f, const ModelShape& s, const WeightMix& mix, int64_t l, Rng& rng) {
+  const std::string p = "blk." + std::to_string(l) + ".";
+  auto add_weight = [&](const std::string& name, int64_t n_out, int64_t n_in) {
+    return add_random_matrix(f, name, n_out, n_in, weight_dtype(mix, name, n_in, s.n_layer), rng);
+  };
+  PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate_inp.weight", s.n_expert, s.n_embd));
+  if (s.expert_bias) PAGODA_RETURN_IF_ERROR(add_random_f32(f, p + "exp_probs_b.bias", s.n_expert, -0.1f, 0.1f, rng));
+  for (const auto& [name, n_out, n_in] : {std::tuple{"ffn_gate_exps", s.n_ff_exp, s.n_embd},
+                                          std::tuple{"ffn_up_exps", s.n_ff_exp, s.n_embd},
+                                          std::tuple{"ffn_down_exps", s.n_embd, s.n_ff_exp}}) {
+    const std::string tensor = p + name + ".weight";
+    const DType dtype = weight_dtype(mix, tensor, n_in, s.n_layer);
+    const float lim = std::sqrt(3.0f / static_cast<float>(n_in));
+    const size_t row_bytes = dtype_row_bytes(dtype, n_in);
+    std::vector<uint8_t> data(row_bytes * static_cast<size_t>(s.n_expert * n_out));
+    std::vector<float> row(static_cast<size_t>(n_in));
+    for (int64_t o = 0; o < s.n_expert * n_out; ++o) {
+      for (auto& v : row) v = rng.uniform(-lim, lim);
+      kernels::quantize_row(dtype, row.data(), data.data() + o * row_bytes, n_in);
+    }
+    PAGODA_RETURN_IF_ERROR(f.add_tensor(tensor, {n_in, n_out, s.n_expert}, ggml_type_from_dtype(dtype), data.data(), data.size()));
+  }
+  if (s.n_expert_shared > 0) {
+    const int64_t ff = s.n_ff_exp * s.n_expert_shared;
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate_shexp.weight", ff, s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_up_shexp.weight", ff, s.n_embd));
+    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_down_shexp.weight", s.n_embd, ff));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, uint64_t seed,
                                    const std::function<void(int64_t, int64_t)>& progress) {
   auto report = [&](int64_t done) {
@@ -275,23 +336,8 @@ Result<GgufFile> make_random_model(const ModelShape& s, const WeightMix& mix, ui
       }
     }
     PAGODA_RETURN_IF_ERROR(add_ones(f, p + "ffn_norm.weight", s.n_embd));
-    if (family->moe) {  // the router, then each weight of every expert as one 3-D tensor
-      PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate_inp.weight", s.n_expert, s.n_embd));
-      for (const auto& [name, n_out, n_in] : {std::tuple{"ffn_gate_exps", s.n_ff_exp, s.n_embd},
-                                              std::tuple{"ffn_up_exps", s.n_ff_exp, s.n_embd},
-                                              std::tuple{"ffn_down_exps", s.n_embd, s.n_ff_exp}}) {
-        const std::string tensor = p + name + ".weight";
-        const DType dtype = weight_dtype(mix, tensor, n_in, s.n_layer);
-        const float lim = std::sqrt(3.0f / static_cast<float>(n_in));
-        const size_t row_bytes = dtype_row_bytes(dtype, n_in);
-        std::vector<uint8_t> data(row_bytes * static_cast<size_t>(s.n_expert * n_out));
-        std::vector<float> row(static_cast<size_t>(n_in));
-        for (int64_t o = 0; o < s.n_expert * n_out; ++o) {
-          for (auto& v : row) v = rng.uniform(-lim, lim);
-          kernels::quantize_row(dtype, row.data(), data.data() + o * row_bytes, n_in);
-        }
-        PAGODA_RETURN_IF_ERROR(f.add_tensor(tensor, {n_in, n_out, s.n_expert}, ggml_type_from_dtype(dtype), data.data(), data.size()));
-      }
+    if (family->moe) {
+      PAGODA_RETURN_IF_ERROR(add_random_experts(f, s, mix, l, rng));
     } else {
       PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate.weight", s.n_ff, s.n_embd));
       PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_up.weight", s.n_ff, s.n_embd));
@@ -311,13 +357,38 @@ Result<GgufFile> make_random_mla_model(const ModelShape& s, const WeightMix& mix
   if (r <= 0 || dn <= 0 || dr <= 0 || dr % 2 != 0 || dv <= 0 || s.q_lora_rank < 0) {
     return Status::error("bad MLA shape " + s.name);
   }
+  for (int64_t n_in : {s.n_embd, s.q_lora_rank, r, H * dv, s.n_ff, s.n_ff_exp}) {  // every weight's rows
+    if (n_in > 0 && n_in % dtype_info(weight_dtype(mix, "blk.0.ffn_up.weight", n_in, s.n_layer)).block_elems != 0) {
+      return Status::error("shape " + s.name + " does not fit " + mix.name + " blocks (rows of " + std::to_string(n_in) + ")");
+    }
+  }
   auto u32 = [](int64_t v) { return GgufValue::of_u32(static_cast<uint32_t>(v)); };
   const std::string a = s.arch + ".";
   GgufFile f = random_model_header(s.arch, s, mix);
-  f.set(a + "leading_dense_block_count", u32(s.n_layer));
-  // Every layer is dense; llama.cpp reads these two keys of a deepseek2 file all the same.
-  f.set(a + "expert_feed_forward_length", u32(s.n_ff));
-  f.set(a + "expert_shared_count", u32(0));
+  const bool moe = s.n_expert > 0;
+  if (moe) {  // DeepSeek MoE after n_dense_lead dense layers (model/moe.h)
+    if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert || s.n_ff_exp < 1 || s.n_dense_lead < 0 ||
+        s.n_dense_lead >= s.n_layer || s.n_expert_shared < 0) {
+      return Status::error("bad MoE shape " + s.name);
+    }
+    f.set(a + "leading_dense_block_count", u32(s.n_dense_lead));
+    f.set(a + "expert_count", u32(s.n_expert));
+    f.set(a + "expert_used_count", u32(s.n_expert_used));
+    f.set(a + "expert_feed_forward_length", u32(s.n_ff_exp));
+    f.set(a + "expert_shared_count", u32(s.n_expert_shared));
+    f.set(a + "expert_gating_func", u32(s.routing.gating == ExpertGating::kSigmoid ? 2 : 1));
+    f.set(a + "expert_weights_norm", GgufValue::of_bool(s.routing.normalize));
+    f.set(a + "expert_weights_scale", GgufValue::of_f32(s.routing.scale));
+    if (s.routing.n_groups > 1) {
+      f.set(a + "expert_group_count", u32(s.routing.n_groups));
+      f.set(a + "expert_group_used_count", u32(s.routing.n_groups_used));
+    }
+  } else {
+    f.set(a + "leading_dense_block_count", u32(s.n_layer));
+    // Every layer is dense; llama.cpp reads these two keys of a deepseek2 file all the same.
+    f.set(a + "expert_feed_forward_length", u32(s.n_ff));
+    f.set(a + "expert_shared_count", u32(0));
+  }
   f.set(a + "attention.head_count", u32(H));
   f.set(a + "attention.head_count_kv", u32(H));
   f.set(a + "attention.key_length", u32(dn + dr));
@@ -360,9 +431,13 @@ Result<GgufFile> make_random_mla_model(const ModelShape& s, const WeightMix& mix
     PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_kv_b.weight", H * (dn + dv), r));
     PAGODA_RETURN_IF_ERROR(add_weight(p + "attn_output.weight", s.n_embd, H * dv));
     PAGODA_RETURN_IF_ERROR(add_ones(f, p + "ffn_norm.weight", s.n_embd));
-    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate.weight", s.n_ff, s.n_embd));
-    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_up.weight", s.n_ff, s.n_embd));
-    PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_down.weight", s.n_embd, s.n_ff));
+    if (moe && l >= s.n_dense_lead) {
+      PAGODA_RETURN_IF_ERROR(add_random_experts(f, s, mix, l, rng));
+    } else {
+      PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_gate.weight", s.n_ff, s.n_embd));
+      PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_up.weight", s.n_ff, s.n_embd));
+      PAGODA_RETURN_IF_ERROR(add_weight(p + "ffn_down.weight", s.n_embd, s.n_ff));
+    }
     report(l + 2);
   }
   PAGODA_RETURN_IF_ERROR(add_ones(f, "output_norm.weight", s.n_embd, s.output_norm_scale));

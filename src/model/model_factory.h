@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "core/status.h"
 #include "model/format/gguf.h"
+#include "model/model_config.h"
 #include "model/text/tokenizer.h"
 
 namespace pagoda::model {
@@ -49,6 +50,12 @@ struct ModelShape {
   // qwen3moe: every layer's FFN is n_expert experts of n_ff_exp, n_expert_used per token
   // (model/moe.h); n_ff is then only the file's feed_forward_length.
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  // deepseek2 experts (also n_expert ..., above): n_expert_shared shared experts, the first
+  // n_dense_lead layers dense (n_ff), the routing rule, and a random selection bias
+  // (exp_probs_b) per MoE layer when expert_bias.
+  int64_t n_expert_shared = 0, n_dense_lead = 0;
+  ExpertRouting routing = {};
+  bool expert_bias = false;
 };
 
 // Known shapes: "default" (built in), "tiny" (tests), "tiny-qwen3", "llama-110m", "tinyllama-1.1b", Gemma 3
@@ -59,7 +66,10 @@ struct ModelShape {
 // model with GQA, 4 kv heads of 128, for the capacity and speed comparison), and "dsv2-mini" /
 // "dsv2-mini-gqa": the same layers, 4 of them (benchmarks on small machines); mixture of experts:
 // "tiny-qwen3moe" (tests: 8 experts, 2 per token), "xc-qwen3moe" (cross-checks: 16, 4),
-// "qwen3moe-1b" (benchmarks: 64 experts, 8 per token).
+// "qwen3moe-1b" (benchmarks: 64 experts, 8 per token); DeepSeek MoE on MLA, the first layer
+// dense: "tiny-dsv2moe" / "xc-dsv2moe" (DeepSeek-V2's rule: softmax, not renormalized, shared
+// experts) and "tiny-dsv3moe" / "xc-dsv3moe" (V3's: sigmoid, selection bias, groups,
+// renormalized, scale 2.5, one shared expert).
 const std::vector<ModelShape>& model_shapes();
 Result<ModelShape> find_model_shape(const std::string& name);
 

@@ -2,7 +2,8 @@
 // here over decompressed keys and values (k = [c W_UK | k_pe], v = c W_UV, no absorption), for
 // plain q and q LoRA with YaRN, several block sizes, batch sizes and thread counts; the latent
 // cache's size; quantized latent formats near f32; prefix caching and forks on latent blocks;
-// MoE files refused with a clear error.
+// DeepSeek's mixture of experts (V2 and V3 rules) against the same reference; broken expert
+// keys refused with a clear error.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "kernels/matmul.h"
 #include "model/model_factory.h"
 #include "reference_forward.h"
 
@@ -59,6 +61,8 @@ std::vector<double> mla_reference_logits(const model::GgufFile& f, const model::
   };
   const Matrix emb = load_matrix(f, "token_embd.weight"), out_norm = load_matrix(f, "output_norm.weight"),
                out = load_matrix(f, "output.weight");
+  std::vector<reference::FfnLayer> ffn;
+  for (int64_t l = 0; l < s.n_layer; ++l) ffn.push_back(reference::load_ffn(f, s, l));
   std::vector<std::vector<double>> c_cache(s.n_layer * tokens.size()), pe_cache(s.n_layer * tokens.size());
   std::vector<double> logits;
   for (size_t pos = 0; pos < tokens.size(); ++pos) {
@@ -111,10 +115,7 @@ std::vector<double> mla_reference_logits(const model::GgufFile& f, const model::
       auto o = matvec(load_matrix(f, p + "attn_output.weight"), att, s.n_embd);
       for (int64_t i = 0; i < s.n_embd; ++i) x[i] += o[i];
       h = rmsnorm(x, load_matrix(f, p + "ffn_norm.weight"), eps);
-      auto g = matvec(load_matrix(f, p + "ffn_gate.weight"), h, s.n_ff);
-      auto u = matvec(load_matrix(f, p + "ffn_up.weight"), h, s.n_ff);
-      for (int64_t i = 0; i < s.n_ff; ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
-      auto dd = matvec(load_matrix(f, p + "ffn_down.weight"), g, s.n_embd);
+      auto dd = reference::reference_ffn(ffn[l], s, h);  // dense, or DeepSeek's experts
       for (int64_t i = 0; i < s.n_embd; ++i) x[i] += dd[i];
     }
     auto y = matvec(out, rmsnorm(x, out_norm, eps), s.n_vocab);
@@ -246,16 +247,68 @@ TEST(MlaForward, PrefixCacheAndForksOnLatentBlocks) {
   forking->block_manager().check_integrity();
 }
 
-TEST(MlaForward, RefusesMixtureOfExpertsAndWindowsWithClearErrors) {
-  auto shape = model::find_model_shape("tiny-mla").value();
-  auto file = model::make_random_model(shape, DType::kF32, 7);
-  ASSERT_TRUE(file.is_ok());
-  file->set("deepseek2.expert_count", model::GgufValue::of_u32(64));
-  file->set("deepseek2.leading_dense_block_count", model::GgufValue::of_u32(1));
-  auto moe = model::LlamaModel::load(std::move(file).value());
-  ASSERT_FALSE(moe.is_ok());
-  EXPECT_NE(moe.status().message().find("mixture-of-experts"), std::string::npos) << moe.status().message();
-  EXPECT_NE(moe.status().message().find("layers 1..1"), std::string::npos) << moe.status().message();
+// DeepSeek's mixture of experts on MLA layers (layer 0 dense, then experts and shared experts):
+// V2's rule and V3's (sigmoid, bias, groups, scale) against the float64 reference, f32 and
+// q8_0 weights, one-token and 16-token chunks, on every ISA this CPU runs.
+TEST(MlaForward, DeepSeekExpertsMatchFloat64Reference) {
+  for (const char* name : {"tiny-dsv2moe", "tiny-dsv3moe"}) {
+    SCOPED_TRACE(name);
+    auto shape = model::find_model_shape(name).value();
+    for (DType dtype : {DType::kF32, DType::kQ8_0}) {
+      SCOPED_TRACE(dtype_name(dtype));
+      auto file = model::make_random_model(shape, dtype, 7);
+      ASSERT_TRUE(file.is_ok()) << file.status().message();
+      EXPECT_NE(file->find_tensor("blk.0.ffn_gate.weight"), nullptr);  // the leading dense layer
+      EXPECT_NE(file->find_tensor("blk.1.ffn_gate_shexp.weight"), nullptr);
+      const std::vector<int32_t> tokens = some_tokens(21, shape.n_vocab);
+      const std::vector<double> want = mla_reference_logits(*file, shape, tokens);
+      for (kernels::Isa isa : kernels::supported_isas()) {
+        for (int64_t batch : {1, 16}) {
+          SCOPED_TRACE(std::string(kernels::isa_name(isa)) + " batch " + std::to_string(batch));
+          engine::EngineConfig config;
+          config.block_size = 4;
+          config.max_batch_tokens = batch;
+          config.isa = isa;
+          auto eng = make_engine(shape, config, dtype);
+          const model::ModelConfig& c = eng->model().config();
+          EXPECT_TRUE(c.is_moe() && !c.is_moe_layer(0) && c.is_moe_layer(1));
+          EXPECT_EQ(c.n_expert_shared, shape.n_expert_shared);
+          EXPECT_EQ(c.routing.gating, shape.routing.gating);
+          EXPECT_EQ(c.routing.n_groups, shape.routing.n_groups);
+          auto got = eng->score(tokens);
+          ASSERT_TRUE(got.is_ok()) << got.status().message();
+          EXPECT_LT(max_relative_error(*got, want, shape.n_vocab), dtype == DType::kF32 ? 2e-4 : 5e-2);
+        }
+      }
+    }
+  }
+}
+
+TEST(MlaForward, RefusesBrokenExpertKeysAndWindowsWithClearErrors) {
+  auto shape = model::find_model_shape("tiny-dsv3moe").value();
+  struct Case {
+    const char* key;
+    model::GgufValue value;
+    const char* words;
+  };
+  const std::vector<Case> cases = {
+      {"deepseek2.expert_gating_func", model::GgufValue::of_u32(3), "expert_gating_func 3"},
+      {"deepseek2.expert_group_count", model::GgufValue::of_u32(3), "expert groups"},       // 8 % 3
+      {"deepseek2.expert_group_used_count", model::GgufValue::of_u32(0), "expert groups"},
+      {"deepseek2.expert_group_count", model::GgufValue::of_u32(8), "expert groups"},       // 1 per group
+      {"deepseek2.expert_used_count", model::GgufValue::of_u32(5), "expert groups"},        // 2 groups of 2
+      {"deepseek2.expert_weights_scale", model::GgufValue::of_f32(-1), "expert_weights_scale"},
+      {"deepseek2.leading_dense_block_count", model::GgufValue::of_u32(0), "ffn_gate_inp"},  // layer 0 is dense
+  };
+  for (const Case& c : cases) {
+    auto file = model::make_random_model(shape, DType::kF32, 7);
+    ASSERT_TRUE(file.is_ok());
+    file->set(c.key, c.value);
+    auto model = model::LlamaModel::load(std::move(file).value());
+    ASSERT_FALSE(model.is_ok()) << c.key;
+    EXPECT_NE(model.status().message().find(c.words), std::string::npos) << model.status().message();
+  }
+  shape = model::find_model_shape("tiny-mla").value();
   auto dense = model::LlamaModel::load(model::make_random_model(shape, DType::kF32, 7).value());
   ASSERT_TRUE(dense.is_ok());
   engine::EngineConfig config;

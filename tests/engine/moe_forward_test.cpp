@@ -1,10 +1,12 @@
-// Mixture of experts (qwen3moe; model/moe.h): the routing rule against brute force, and the
-// engine's logits against the float64 reference (reference_forward.h) on every ISA this CPU
-// runs, one-token and 16-token chunks, 1 and 2 threads, f32 / f16 / q8_0 weights; files with
-// broken expert keys are refused with the key named.
+// Mixture of experts (qwen3moe, deepseek2; model/moe.h): the routing rules against brute force,
+// and the engine's logits against the float64 reference (reference_forward.h) on every ISA
+// this CPU runs, one-token and 16-token chunks, 1 and 2 threads, f32 / f16 / q8_0 weights
+// (DeepSeek's experts on MLA layers: mla_forward_test); files with broken expert keys are
+// refused with the key named.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -34,7 +36,8 @@ TEST(MoeRouting, TopKBySoftmaxRenormalizedTiesToTheLowerId) {
       for (auto& v : logits) v = static_cast<float>(std::round(rng.uniform(-3.0f, 3.0f) * 2) / 2);  // many ties
       std::vector<int32_t> ids(T * k);
       std::vector<float> w(T * k);
-      model::route_tokens(logits.data(), T, E, k, ids.data(), w.data());
+      std::vector<double> scratch(3 * E);
+      model::route_tokens(logits.data(), T, E, k, model::ExpertRouting{}, nullptr, scratch.data(), ids.data(), w.data());
       for (int64_t t = 0; t < T; ++t) {
         std::vector<int32_t> order(E);
         std::iota(order.begin(), order.end(), 0);
@@ -48,6 +51,90 @@ TEST(MoeRouting, TopKBySoftmaxRenormalizedTiesToTheLowerId) {
           sum += w[t * k + i];
         }
         EXPECT_NEAR(sum, 1.0, 1e-6);
+      }
+    }
+  }
+}
+
+// DeepSeek's rules (sigmoid or softmax, a selection bias, groups, renormalization, scale)
+// against the same choice made by brute force: every k-subset of the allowed experts, the one
+// with the largest biased scores, lexicographically (ties to lower ids).
+TEST(MoeRouting, DeepSeekRulesMatchBruteForce) {
+  Rng rng(11);
+  struct Rule {
+    model::ExpertRouting routing;
+    bool bias;
+  };
+  const std::vector<Rule> rules = {
+      {{model::ExpertGating::kSoftmax, false, 1.0f, 1, 1}, false},  // DeepSeek-V2
+      {{model::ExpertGating::kSigmoid, true, 2.5f, 4, 2}, true},    // DeepSeek-V3
+      {{model::ExpertGating::kSigmoid, true, 1.0f, 1, 1}, true},    // Kimi K2-like: no groups
+      {{model::ExpertGating::kSoftmax, true, 1.0f, 2, 1}, false},
+  };
+  const int64_t E = 8, T = 40;
+  for (const Rule& rule : rules) {
+    for (int64_t k : {1, 2, 3}) {
+      if (rule.routing.n_groups_used * (E / rule.routing.n_groups) < k) continue;
+      SCOPED_TRACE("groups " + std::to_string(rule.routing.n_groups) + " k " + std::to_string(k));
+      std::vector<float> logits(T * E), bias(E);
+      for (auto& v : logits) v = static_cast<float>(std::round(rng.uniform(-3.0f, 3.0f) * 4) / 4);
+      for (auto& v : bias) v = rng.uniform(-0.2f, 0.2f);
+      std::vector<int32_t> ids(T * k);
+      std::vector<float> w(T * k);
+      std::vector<double> scratch(3 * E);
+      model::route_tokens(logits.data(), T, E, k, rule.routing, rule.bias ? bias.data() : nullptr, scratch.data(),
+                          ids.data(), w.data());
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> p(E), sel(E);
+        double z = 0;
+        for (int64_t e = 0; e < E; ++e) z += std::exp(static_cast<double>(logits[t * E + e]));
+        for (int64_t e = 0; e < E; ++e) {
+          const double l = logits[t * E + e];
+          p[e] = rule.routing.gating == model::ExpertGating::kSoftmax ? std::exp(l) / z : 1 / (1 + std::exp(-l));
+          sel[e] = p[e] + (rule.bias ? bias[e] : 0.0f);
+        }
+        // Allowed experts: those of the n_groups_used groups with the largest top-2 sums.
+        const int64_t G = rule.routing.n_groups, per = E / G;
+        std::vector<bool> allowed(E, G == 1);
+        if (G > 1) {
+          std::vector<std::pair<double, int64_t>> groups;
+          for (int64_t g = 0; g < G; ++g) {
+            std::vector<double> v(sel.begin() + g * per, sel.begin() + (g + 1) * per);
+            std::sort(v.rbegin(), v.rend());
+            groups.push_back({-(v[0] + v[1]), g});
+          }
+          std::sort(groups.begin(), groups.end());
+          for (int64_t i = 0; i < rule.routing.n_groups_used; ++i) {
+            for (int64_t e = 0; e < per; ++e) allowed[groups[i].second * per + e] = true;
+          }
+        }
+        // Brute force: the best k-subset by descending biased scores (ties: lower ids first).
+        std::vector<int32_t> best;
+        for (uint32_t mask = 0; mask < (1u << E); ++mask) {
+          if (std::popcount(mask) != k) continue;
+          std::vector<int32_t> pick;
+          bool ok = true;
+          for (int32_t e = 0; e < E; ++e) {
+            if (mask >> e & 1) ok = ok && allowed[e], pick.push_back(e);
+          }
+          if (!ok) continue;
+          std::stable_sort(pick.begin(), pick.end(), [&](int32_t a, int32_t b) { return sel[a] > sel[b]; });
+          auto better = [&](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+            for (int64_t i = 0; i < k; ++i) {
+              if (sel[a[i]] != sel[b[i]]) return sel[a[i]] > sel[b[i]];
+              if (a[i] != b[i]) return a[i] < b[i];
+            }
+            return false;
+          };
+          if (best.empty() || better(pick, best)) best = pick;
+        }
+        double sum = 0;
+        for (int32_t e : best) sum += p[e];
+        for (int64_t i = 0; i < k; ++i) {
+          EXPECT_EQ(ids[t * k + i], best[i]) << "token " << t << " slot " << i;
+          const double want = p[best[i]] / (rule.routing.normalize ? sum : 1.0) * rule.routing.scale;
+          EXPECT_NEAR(w[t * k + i], want, 1e-6 * std::max(1.0, want));
+        }
       }
     }
   }

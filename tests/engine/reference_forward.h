@@ -1,4 +1,5 @@
-// A float64 forward pass of llama/qwen2/qwen3/qwen3moe models with plain loops and a contiguous KV cache
+// A float64 forward pass of llama/qwen2/qwen3/qwen3moe models (and the FFN, dense or mixture of
+// experts, that the MLA reference in mla_forward_test shares) with plain loops and a contiguous KV cache
 // (the reference of forward_reference_test, engine_window_test and hf_forward_test), with
 // sliding-window masks, StreamingLLM cache eviction, qwen3 q/k norms and any RoPE inverse
 // frequencies (rope scaling).
@@ -81,6 +82,92 @@ inline void head_rmsnorm(std::vector<double>& v, const Matrix& w, int64_t hd, do
   }
 }
 
+// One layer's FFN weights: dense SwiGLU (wg, wu, wd), or a mixture of experts (router, bias,
+// every expert's rows eg, eu, ed) with its shared experts in wg, wu, wd (empty if none).
+struct FfnLayer {
+  bool moe = false;
+  Matrix wg, wu, wd;
+  Matrix router, bias, eg, eu, ed;
+};
+
+inline FfnLayer load_ffn(const model::GgufFile& f, const model::ModelShape& s, int64_t l) {
+  const std::string p = "blk." + std::to_string(l) + ".";
+  FfnLayer L;
+  L.moe = s.n_expert > 0 && l >= s.n_dense_lead;
+  const std::string suffix = L.moe ? "_shexp.weight" : ".weight";
+  if (!L.moe || s.n_expert_shared > 0) {
+    L.wg = load_matrix(f, p + "ffn_gate" + suffix);
+    L.wu = load_matrix(f, p + "ffn_up" + suffix);
+    L.wd = load_matrix(f, p + "ffn_down" + suffix);
+  }
+  if (L.moe) {
+    L.router = load_matrix(f, p + "ffn_gate_inp.weight");
+    if (s.expert_bias) L.bias = load_matrix(f, p + "exp_probs_b.bias");
+    L.eg = load_matrix(f, p + "ffn_gate_exps.weight");
+    L.eu = load_matrix(f, p + "ffn_up_exps.weight");
+    L.ed = load_matrix(f, p + "ffn_down_exps.weight");
+  }
+  return L;
+}
+
+// silu(h Wg) * (h Wu) then Wd, with Wg, Wu of ff rows (rows `first`.. of a stacked tensor).
+inline std::vector<double> swiglu(const Matrix& wg, const Matrix& wu, const Matrix& wd, int64_t first, int64_t ff,
+                                  const std::vector<double>& h) {
+  const int64_t d = static_cast<int64_t>(h.size());
+  const Matrix g_e(wg.begin() + first * ff * d, wg.begin() + (first + 1) * ff * d);
+  const Matrix u_e(wu.begin() + first * ff * d, wu.begin() + (first + 1) * ff * d);
+  const Matrix d_e(wd.begin() + first * d * ff, wd.begin() + (first + 1) * d * ff);
+  auto g = matvec(g_e, h, ff);
+  auto u = matvec(u_e, h, ff);
+  for (int64_t j = 0; j < ff; ++j) g[j] = g[j] / (1 + std::exp(-g[j])) * u[j];
+  return matvec(d_e, g, d);
+}
+
+// The FFN's output for the normed input h. Mixture of experts, written out from DeepSeek's
+// and Qwen's papers: probabilities by softmax or sigmoid; the bias shifts only the choice;
+// with groups, a group's score is the sum of its two best and only the best groups' experts
+// compete; the k best by biased score; weights = unbiased probabilities, renormalized if the
+// rule says so, times the scale; plus the shared experts.
+inline std::vector<double> reference_ffn(const FfnLayer& L, const model::ModelShape& s, const std::vector<double>& h) {
+  const int64_t d = static_cast<int64_t>(h.size());
+  if (!L.moe) return swiglu(L.wg, L.wu, L.wd, 0, s.n_ff, h);
+  const int64_t E = s.n_expert, k = s.n_expert_used, G = s.routing.n_groups;
+  const std::vector<double> logit = matvec(L.router, h, E);
+  std::vector<double> p(E), sel(E);
+  double mx = *std::max_element(logit.begin(), logit.end()), z = 0;
+  for (int64_t e = 0; e < E; ++e) z += std::exp(logit[e] - mx);
+  for (int64_t e = 0; e < E; ++e) {
+    p[e] = s.routing.gating == model::ExpertGating::kSoftmax ? std::exp(logit[e] - mx) / z : 1 / (1 + std::exp(-logit[e]));
+    sel[e] = p[e] + (L.bias.empty() ? 0.0 : static_cast<double>(static_cast<float>(L.bias[e])));
+  }
+  std::vector<int64_t> candidates;
+  std::vector<int64_t> groups(G);
+  for (int64_t g = 0; g < G; ++g) groups[g] = g;
+  std::vector<double> score(G, 0.0);
+  for (int64_t g = 0; g < G && G > 1; ++g) {
+    std::vector<double> v(sel.begin() + g * (E / G), sel.begin() + (g + 1) * (E / G));
+    std::sort(v.rbegin(), v.rend());
+    score[g] = v[0] + v[1];
+  }
+  std::stable_sort(groups.begin(), groups.end(), [&](int64_t a, int64_t b) { return score[a] > score[b]; });
+  for (int64_t i = 0; i < (G > 1 ? s.routing.n_groups_used : 1); ++i) {
+    for (int64_t e = groups[i] * (E / G); e < (groups[i] + 1) * (E / G); ++e) candidates.push_back(e);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  std::stable_sort(candidates.begin(), candidates.end(), [&](int64_t a, int64_t b) { return sel[a] > sel[b]; });
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) sum += p[candidates[i]];
+  std::vector<double> y = L.wg.empty() ? std::vector<double>(d, 0.0)
+                                       : swiglu(L.wg, L.wu, L.wd, 0, s.n_ff_exp * s.n_expert_shared, h);
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t e = candidates[i];
+    const double weight = p[e] / (s.routing.normalize ? std::max(sum, 6.103515625e-5) : 1.0) * s.routing.scale;
+    const std::vector<double> out = swiglu(L.eg, L.eu, L.ed, e, s.n_ff_exp, h);
+    for (int64_t j = 0; j < d; ++j) y[j] += weight * out[j];
+  }
+  return y;
+}
+
 // Logits [n_tokens, n_vocab] of a llama, qwen2 or qwen3 model, all in double. The cache keeps K
 // before RoPE and rotates it at its cache index when attending (equal to the token position
 // unless streaming drops entries); shape.sliding_window masks index distances >= the window.
@@ -96,12 +183,11 @@ inline std::vector<double> reference_logits(const model::GgufFile& f, const mode
   const Matrix out_norm = load_matrix(f, "output_norm.weight");
   const Matrix out = load_matrix(f, "output.weight");
   struct Layer {
-    Matrix an, fn, wq, wk, wv, wo, wg, wu, wd;
+    Matrix an, fn, wq, wk, wv, wo;
+    FfnLayer ffn;
     Matrix bq, bk, bv;  // qwen2 only
     Matrix qn, kn;      // qwen3 only
-    Matrix router, eg, eu, ed;  // qwen3moe: [n_expert, n_embd] and every expert's rows
   };
-  const bool moe = s.n_expert > 0;
   const bool qwen2 = s.arch == "qwen2", qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe";
   const bool neox = qwen2 || qwen3 || force_neox;
   std::vector<Layer> layers;
@@ -110,15 +196,7 @@ inline std::vector<double> reference_logits(const model::GgufFile& f, const mode
     layers.push_back({load_matrix(f, p + "attn_norm.weight"), load_matrix(f, p + "ffn_norm.weight"),
                       load_matrix(f, p + "attn_q.weight"), load_matrix(f, p + "attn_k.weight"),
                       load_matrix(f, p + "attn_v.weight"), load_matrix(f, p + "attn_output.weight"),
-                      moe ? Matrix{} : load_matrix(f, p + "ffn_gate.weight"),
-                      moe ? Matrix{} : load_matrix(f, p + "ffn_up.weight"),
-                      moe ? Matrix{} : load_matrix(f, p + "ffn_down.weight"), {}, {}, {}, {}, {}, {}, {}, {}, {}});
-    if (moe) {
-      layers.back().router = load_matrix(f, p + "ffn_gate_inp.weight");
-      layers.back().eg = load_matrix(f, p + "ffn_gate_exps.weight");
-      layers.back().eu = load_matrix(f, p + "ffn_up_exps.weight");
-      layers.back().ed = load_matrix(f, p + "ffn_down_exps.weight");
-    }
+                      load_ffn(f, s, l), {}, {}, {}, {}, {}});
     if (qwen2) {
       layers.back().bq = load_matrix(f, p + "attn_q.bias");
       layers.back().bk = load_matrix(f, p + "attn_k.bias");
@@ -183,32 +261,7 @@ inline std::vector<double> reference_logits(const model::GgufFile& f, const mode
       auto o = matvec(L.wo, att, s.n_embd);
       for (int64_t i = 0; i < s.n_embd; ++i) x[i] += o[i];
       h = rmsnorm(x, L.fn, 1e-5);
-      if (moe) {  // softmax over the router's logits, the k most probable experts, renormalized
-        const int64_t E = s.n_expert, ff = s.n_ff_exp;
-        const std::vector<double> r = matvec(L.router, h, E);
-        std::vector<int64_t> order(E);
-        for (int64_t e = 0; e < E; ++e) order[e] = e;
-        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return r[a] > r[b]; });
-        double z = 0;
-        for (int64_t i = 0; i < s.n_expert_used; ++i) z += std::exp(r[order[i]] - r[order[0]]);
-        for (int64_t i = 0; i < s.n_expert_used; ++i) {
-          const int64_t e = order[i];
-          const double weight = std::exp(r[e] - r[order[0]]) / z;
-          const Matrix g_e(L.eg.begin() + e * ff * s.n_embd, L.eg.begin() + (e + 1) * ff * s.n_embd);
-          const Matrix u_e(L.eu.begin() + e * ff * s.n_embd, L.eu.begin() + (e + 1) * ff * s.n_embd);
-          const Matrix d_e(L.ed.begin() + e * s.n_embd * ff, L.ed.begin() + (e + 1) * s.n_embd * ff);
-          auto g = matvec(g_e, h, ff);
-          auto u = matvec(u_e, h, ff);
-          for (int64_t j = 0; j < ff; ++j) g[j] = g[j] / (1 + std::exp(-g[j])) * u[j];
-          auto d = matvec(d_e, g, s.n_embd);
-          for (int64_t j = 0; j < s.n_embd; ++j) x[j] += weight * d[j];
-        }
-        continue;
-      }
-      auto g = matvec(L.wg, h, s.n_ff);
-      auto u = matvec(L.wu, h, s.n_ff);
-      for (int64_t i = 0; i < s.n_ff; ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
-      auto d = matvec(L.wd, g, s.n_embd);
+      const std::vector<double> d = reference_ffn(L.ffn, s, h);
       for (int64_t i = 0; i < s.n_embd; ++i) x[i] += d[i];
     }
     auto y = matvec(out, rmsnorm(x, out_norm, 1e-5), s.n_vocab);

@@ -179,6 +179,35 @@ TEST(Cli, InfoOfAMixtureOfExpertsFileCountsActiveBytes) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["token_ids"].size(), 4u);
 }
 
+// DeepSeek-V3's experts on MLA: info states the rule, the shared experts and the leading dense
+// layer, and counts the shared experts and the dense layer as read by every token; it runs.
+TEST(Cli, InfoOfADeepSeekExpertsFileNamesItsRule) {
+  const std::string path = temp_dir() + "/tiny-dsv3moe.gguf";
+  Output m = pagoda("make-model --shape tiny-dsv3moe --dtype f32 -o " + path);
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  Output i = pagoda("info " + path);
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  EXPECT_NE(i.out.find("experts         8 of width 32, 2 per token (sigmoid, best 2 of 4 groups top-k, renormalized, x2.50)"),
+            std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("shared experts  1 (width 32, every token)"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("dense layers    the first 1 (feed-forward 96)"), std::string::npos) << i.out;
+  auto file = model::GgufFile::read(path);
+  ASSERT_TRUE(file.is_ok());
+  int64_t total = 0, experts = 0, embedding = 0;
+  for (const auto& t : file->tensors()) {
+    total += static_cast<int64_t>(t.bytes);
+    if (t.name.find("_exps.") != std::string::npos) experts += static_cast<int64_t>(t.bytes);
+    if (t.name == "token_embd.weight") embedding = static_cast<int64_t>(t.bytes);
+  }
+  ASSERT_GT(experts, 0);
+  const int64_t active = total - experts - embedding + experts / 8 * 2;
+  EXPECT_NE(i.out.find("active bytes    " + kvcache::format_bytes(active) + " per token (2 of 8 experts"), std::string::npos)
+      << i.out;
+  Output r = pagoda("run -m " + path + " -p 'hello' -n 4 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["token_ids"].size(), 4u);
+}
+
 // A llama.cpp-style Q4_K_M file: the mix of types, and the same greedy tokens on every run.
 TEST(Cli, MakeModelQ4KMRunsDeterministically) {
   const std::string path = temp_dir() + "/default-q4_k_m.gguf";
