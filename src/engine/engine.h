@@ -251,6 +251,9 @@ class Engine {
   Status step(std::span<const StepSeq> seqs, bool all_rows, float* logits_out);
 
   const model::LlamaModel& model() const { return *model_; }
+  // Mixture of experts: [n_layer, n_expert] tokens routed to each expert so far (ForwardPass::
+  // expert_tokens); empty for a dense model. The thread that steps reads it.
+  std::span<const int64_t> expert_tokens() const { return forward_->expert_tokens(); }
   std::shared_ptr<const model::LlamaModel> shared_model() const { return model_; }
   const kvcache::KvLayout& kv_layout() const { return pool_->layout(); }
   const kvcache::KvPoolPlan& kv_plan() const { return plan_; }

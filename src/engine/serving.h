@@ -218,6 +218,10 @@ struct ServingMetrics {
   // Gauge: tier puts in flight plus committed blocks kept to put again (kvcache/tier_stack.h);
   // a draining server waits for 0 so that SIGTERM loses no write.
   int64_t tier_writes_pending = 0;
+  // Mixture of experts (empty for a dense model): [n_layer, n_expert] tokens routed to each
+  // expert of each layer (Engine::expert_tokens); layers before moe_first_layer are dense.
+  std::vector<int64_t> expert_tokens;
+  int64_t n_expert = 0, moe_first_layer = 0;
 };
 
 class ServingEngine {

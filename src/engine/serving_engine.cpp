@@ -386,6 +386,10 @@ void ServingEngineImpl::publish_metrics() {
     m.tier_recompute_decisions = d.recompute;
     m.tier_writes_pending = tiers->num_puts_in_flight() + tiers->num_retries_pending();
   }
+  const std::span<const int64_t> routed = engine_->expert_tokens();
+  m.expert_tokens.assign(routed.begin(), routed.end());  // sized once: no allocation after the first
+  m.n_expert = engine_->model().config().n_expert;
+  m.moe_first_layer = engine_->model().config().n_dense_lead;
   m.pins = pins_.num_pins();
   m.kv_blocks_pinned = pins_.num_pinned_blocks();
   m.pins_expired = pins_.num_expired();

@@ -157,7 +157,7 @@ void ForwardPass::forward_mla(const Batch& batch, std::span<const kernels::KvLay
     }
     matmul_.run(w.wo, att, T, xb);
     kernels::add_inplace(x, xb, T * d);
-    feed_forward(w, T);
+    feed_forward(w, l, T);
   }
   classify(batch, logits);
 }

@@ -213,6 +213,7 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, int64_t max_
   if (c.is_moe()) {
     router_.resize(max_tokens * c.n_expert);
     route_scratch_.resize(3 * c.n_expert);
+    expert_tokens_.assign(c.n_layer * c.n_expert, 0);
     route_ids_.resize(max_tokens * c.n_expert_used);
     route_weights_.resize(max_tokens * c.n_expert_used);
     expert_begin_.resize(c.n_expert + 1);
@@ -307,7 +308,7 @@ void ForwardPass::forward(const Batch& batch, std::span<const kernels::KvLayerVi
     }
     matmul_.run(w.wo, att_.data(), T, xb);
     kernels::add_inplace(x, xb, T * d);
-    feed_forward(w, T);
+    feed_forward(w, l, T);
   }
 
   classify(batch, logits);
@@ -324,11 +325,11 @@ void ForwardPass::embed(const Batch& batch) {
   }
 }
 
-void ForwardPass::feed_forward(const LayerWeights& w, int64_t T) {
+void ForwardPass::feed_forward(const LayerWeights& w, int64_t l, int64_t T) {
   // Feed-forward block (SwiGLU): x += (silu(h Wgate) * (h Wup)) Wdown, h = rmsnorm(x).
   const ModelConfig& c = model_.config();
   if (w.is_moe()) {
-    feed_forward_moe(w, T);
+    feed_forward_moe(w, l, T);
     return;
   }
   const int64_t d = c.n_embd, ff = c.n_ff;

@@ -110,6 +110,10 @@ class ForwardPass {
 
   int64_t max_tokens() const { return max_tokens_; }
   int64_t max_context() const { return max_context_; }
+  // Mixture of experts: [n_layer, n_expert] the tokens routed to each expert of each layer by
+  // every forward pass so far (a token counts once per expert it runs; dense layers' rows stay
+  // 0). Empty for a dense model. Read it on the thread that runs forward().
+  std::span<const int64_t> expert_tokens() const { return expert_tokens_; }
   // Batched decode steps (16+ rows) of F16/BF16 weights through the bf16 GEMM
   // (kernels::Matmul::set_batched_bf16): faster, but a row's numbers depend on its batch.
   void set_batched_bf16(bool on) { matmul_.set_batched_bf16(on); }
@@ -124,8 +128,9 @@ class ForwardPass {
 
  private:
   void embed(const Batch& batch);                       // x_ = embeddings of the batch's tokens
-  void feed_forward(const LayerWeights& w, int64_t T);  // x_ += SwiGLU(rmsnorm(x_)), or the experts'
-  void feed_forward_moe(const LayerWeights& w, int64_t T);  // model/moe.h (moe.cpp)
+  // x_ += SwiGLU(rmsnorm(x_)), or layer l's experts' (model/moe.h, moe.cpp).
+  void feed_forward(const LayerWeights& w, int64_t l, int64_t T);
+  void feed_forward_moe(const LayerWeights& w, int64_t l, int64_t T);
   void classify(const Batch& batch, float* logits);     // logits of batch.logit_rows
   // deepseek2 (deepseek2_model.cpp): MLA attention in the absorbed form, then the dense FFN.
   void forward_mla(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits);
@@ -168,6 +173,7 @@ class ForwardPass {
   std::vector<int32_t> route_ids_;     // [max_tokens, k] selected experts
   std::vector<float> route_weights_;   // [max_tokens, k] their weights
   std::vector<int64_t> expert_begin_;  // [n_expert + 1] first row of each expert
+  std::vector<int64_t> expert_tokens_; // [n_layer, n_expert] tokens routed so far (expert_tokens())
   std::vector<int64_t> expert_fill_;   // [n_expert] counting-sort cursors
   std::vector<int32_t> expert_rows_;   // [max_tokens * k] (token * k + slot) by expert
   std::vector<float> moe_in_;          // [max_tokens, n_embd] one expert's gathered rows

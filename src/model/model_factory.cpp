@@ -108,6 +108,10 @@ const std::vector<ModelShape>& model_shapes() {
       with_deepseek_experts({"tiny-dsv2moe", 64, 3, 4, 4, 96, 320, 512, "deepseek2", 0, 32, 32, 16, 8, 16}, 8, 2, 32, 2, false),
       with_deepseek_experts({"tiny-dsv3moe", 64, 3, 4, 4, 96, 320, 512, "deepseek2", 0, 32, 32, 16, 8, 16}, 8, 2, 32, 1, true),
       with_deepseek_experts({"xc-dsv2moe", 128, 4, 4, 4, 256, 32000, 4096, "deepseek2", 0, 48, 64, 32, 16, 32}, 16, 4, 64, 2, false),
+      // DeepSeek-V2-Lite's geometry whole (15.7 B parameters, 2.4 B active; 27 layers, which
+      // llama.cpp takes for "lite": no q LoRA): benchmarks of MoE decode on the latent cache.
+      with_deepseek_experts({"dsv2-lite-moe", 2048, 27, 16, 16, 10944, 102400, 8192, "deepseek2", 0, 0, 512, 128, 64, 128},
+                            64, 6, 1408, 2, false),
       with_deepseek_experts({"xc-dsv3moe", 128, 4, 4, 4, 256, 32000, 4096, "deepseek2", 0, 48, 64, 32, 16, 32}, 16, 4, 64, 1, true),
   };
   return kShapes;

@@ -69,7 +69,8 @@ struct ModelShape {
 // "qwen3moe-1b" (benchmarks: 64 experts, 8 per token); DeepSeek MoE on MLA, the first layer
 // dense: "tiny-dsv2moe" / "xc-dsv2moe" (DeepSeek-V2's rule: softmax, not renormalized, shared
 // experts) and "tiny-dsv3moe" / "xc-dsv3moe" (V3's: sigmoid, selection bias, groups,
-// renormalized, scale 2.5, one shared expert).
+// renormalized, scale 2.5, one shared expert), and "dsv2-lite-moe" (DeepSeek-V2-Lite whole:
+// 64 experts of 1408, 6 per token, 2 shared, layer 0 dense; benchmarks).
 const std::vector<ModelShape>& model_shapes();
 Result<ModelShape> find_model_shape(const std::string& name);
 

@@ -125,7 +125,7 @@ void route_tokens(const float* logits, int64_t T, int64_t n_expert, int64_t k, c
   }
 }
 
-void ForwardPass::feed_forward_moe(const LayerWeights& w, int64_t T) {
+void ForwardPass::feed_forward_moe(const LayerWeights& w, int64_t l, int64_t T) {
   const ModelConfig& c = model_.config();
   const int64_t d = c.n_embd, ff = c.n_ff_exp, E = c.n_expert, k = c.n_expert_used;
   float* x = x_.data();
@@ -138,6 +138,8 @@ void ForwardPass::feed_forward_moe(const LayerWeights& w, int64_t T) {
   // expert_rows_[expert_begin_[e] .. expert_begin_[e + 1]).
   std::fill(expert_begin_.begin(), expert_begin_.end(), 0);
   for (int64_t i = 0; i < T * k; ++i) ++expert_begin_[static_cast<size_t>(route_ids_[i]) + 1];
+  int64_t* routed = expert_tokens_.data() + l * E;
+  for (int64_t e = 0; e < E; ++e) routed[e] += expert_begin_[e + 1];
   for (int64_t e = 0; e < E; ++e) expert_begin_[e + 1] += expert_begin_[e];
   std::copy(expert_begin_.begin(), expert_begin_.end() - 1, expert_fill_.begin());
   for (int64_t i = 0; i < T * k; ++i) expert_rows_[expert_fill_[route_ids_[i]]++] = static_cast<int32_t>(i);

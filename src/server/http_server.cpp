@@ -92,6 +92,26 @@ void HttpServer::routes() {
     if (config_.extra_metrics) config_.extra_metrics(text);
     res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
   });
+  // Expert load of a mixture-of-experts model: tokens routed to each expert of each MoE layer
+  // since start (what /metrics sums up as a histogram per layer), for dashboards and planners.
+  http.Get("/v1/moe/experts", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authenticate(req, res).ok) return;
+    const engine::ServingMetrics m = engine_.metrics();
+    if (m.n_expert <= 0 || m.expert_tokens.empty()) {
+      return reply_error(res, Status::not_found("the served model has no mixture-of-experts layers"));
+    }
+    const int64_t E = m.n_expert, n_layer = static_cast<int64_t>(m.expert_tokens.size()) / E;
+    json layers = json::array();
+    for (int64_t l = m.moe_first_layer; l < n_layer; ++l) {
+      const auto row = m.expert_tokens.begin() + l * E;
+      layers.push_back(json{{"layer", l}, {"tokens", std::vector<int64_t>(row, row + E)}});
+    }
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(dump(json{{"object", "moe.expert_load"}, {"experts", E},
+                              {"experts_per_token", engine_.engine().model().config().n_expert_used},
+                              {"layers", std::move(layers)}}),
+                    "application/json");
+  });
   auto model_object = [this] {
     return json{{"id", config_.model_name}, {"object", "model"},
                 {"created", config_.unix_time ? config_.unix_time() : 0}, {"owned_by", "pagoda"},

@@ -45,6 +45,7 @@ void HttpServer::register_kv_routes() {
     }
     json body = snapshot_json(kv->snapshot(options));
     body["served_model"] = config_.model_name;
+    body["experts"] = engine_.engine().model().config().n_expert;  // > 0: GET /v1/moe/experts has the load
     res.set_header("Cache-Control", "no-store");
     res.set_content(dump(body), "application/json");
   });

@@ -1,5 +1,7 @@
 #include "server/prometheus.h"
 
+#include <array>
+
 #include "server/http/prometheus_text.h"
 
 namespace pagoda::server {
@@ -90,6 +92,47 @@ void tier_metrics(std::string& out, const engine::ServingMetrics& m) {
   sample(out, "pagoda_kv_tier_load_decisions_total{decision=\"recompute\"}", static_cast<double>(m.tier_recompute_decisions));
 }
 
+// Expert load of a mixture-of-experts model, per MoE layer: the tokens routed through it, and a
+// histogram of its experts by load relative to an even spread (1 = routed / n_expert): a hot
+// expert sits in a high bucket, an idle one at 0. What a capacity planner asks about (which
+// experts saturate, whether a layer's routing is skewed) without one series per expert.
+void expert_metrics(std::string& out, const engine::ServingMetrics& m) {
+  constexpr std::array<double, 7> kBounds = {0, 0.25, 0.5, 1, 2, 4, 8};
+  const int64_t E = m.n_expert, n_layer = static_cast<int64_t>(m.expert_tokens.size()) / E;
+  header(out, "pagoda_moe_routed_tokens_total", "counter",
+         "Tokens routed through each mixture-of-experts layer (a token counts once per expert it runs).");
+  for (int64_t l = m.moe_first_layer; l < n_layer; ++l) {
+    int64_t routed = 0;
+    for (int64_t e = 0; e < E; ++e) routed += m.expert_tokens[l * E + e];
+    sample(out, "pagoda_moe_routed_tokens_total{layer=\"" + std::to_string(l) + "\"}", static_cast<double>(routed));
+  }
+  const char* name = "pagoda_moe_expert_load_ratio";
+  header(out, name, "histogram",
+         "Experts of each mixture-of-experts layer by the tokens routed to them relative to an even spread "
+         "(1: the layer's routed tokens / experts; 0: never chosen).");
+  for (int64_t l = m.moe_first_layer; l < n_layer; ++l) {
+    const int64_t* routed = m.expert_tokens.data() + l * E;
+    int64_t total = 0;
+    for (int64_t e = 0; e < E; ++e) total += routed[e];
+    const double even = static_cast<double>(total) / static_cast<double>(E);
+    std::array<int64_t, kBounds.size()> below{};
+    double sum = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const double ratio = total > 0 ? static_cast<double>(routed[e]) / even : 0.0;
+      sum += ratio;
+      for (size_t b = 0; b < kBounds.size(); ++b) below[b] += ratio <= kBounds[b] ? 1 : 0;
+    }
+    const std::string label = "layer=\"" + std::to_string(l) + "\"";
+    for (size_t b = 0; b < kBounds.size(); ++b) {
+      sample(out, std::string(name) + "_bucket{" + label + ",le=\"" + http::prometheus_number(kBounds[b]) + "\"}",
+             static_cast<double>(below[b]));
+    }
+    sample(out, std::string(name) + "_bucket{" + label + ",le=\"+Inf\"}", static_cast<double>(E));
+    sample(out, std::string(name) + "_sum{" + label + "}", sum);
+    sample(out, std::string(name) + "_count{" + label + "}", static_cast<double>(E));
+  }
+}
+
 }  // namespace
 
 std::string prometheus_text(const engine::ServingMetrics& m) {
@@ -132,6 +175,7 @@ std::string prometheus_text(const engine::ServingMetrics& m) {
   gauge(out, "pagoda_kv_usage_ratio", "Fraction of KV blocks in use.",
         m.kv_blocks_total > 0 ? static_cast<double>(m.kv_blocks_in_use) / static_cast<double>(m.kv_blocks_total) : 0.0);
   if (!m.tiers.empty()) tier_metrics(out, m);
+  if (m.n_expert > 0 && !m.expert_tokens.empty()) expert_metrics(out, m);
   return out;
 }
 

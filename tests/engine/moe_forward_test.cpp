@@ -179,6 +179,46 @@ TEST(MoeForward, EngineMatchesFloat64ForwardOnEveryIsa) {
   }
 }
 
+// Expert load (ForwardPass::expert_tokens, behind /metrics): every token fed counts once per
+// expert it runs in every MoE layer, the leading dense layer counts nothing, and one token
+// runs exactly k distinct experts per layer.
+TEST(MoeForward, ExpertTokensCountEveryRoutedToken) {
+  const model::ModelShape shape = model::find_model_shape("tiny-dsv3moe").value();
+  ManualClock clock;
+  Logger logger(LogLevel::kSilent);
+  auto make = [&] {
+    auto model = model::LlamaModel::load(model::make_random_model(shape, DType::kF32, 9).value());
+    EXPECT_TRUE(model.is_ok()) << model.status().message();
+    auto eng = engine::Engine::create(std::move(model).value(), engine::EngineConfig{}, clock, logger);
+    EXPECT_TRUE(eng.is_ok()) << eng.status().message();
+    return std::move(eng).value();
+  };
+  const int64_t E = shape.n_expert, k = shape.n_expert_used;
+  auto eng = make();
+  ASSERT_EQ(eng->expert_tokens().size(), static_cast<size_t>(shape.n_layer * E));
+  ASSERT_TRUE(eng->score(test_tokens(shape.n_vocab, 13)).is_ok());
+  for (int64_t l = 0; l < shape.n_layer; ++l) {
+    int64_t routed = 0;
+    for (int64_t e = 0; e < E; ++e) routed += eng->expert_tokens()[l * E + e];
+    EXPECT_EQ(routed, l < shape.n_dense_lead ? 0 : 13 * k) << "layer " << l;
+  }
+  auto one = make();
+  ASSERT_TRUE(one->score(test_tokens(shape.n_vocab, 1)).is_ok());
+  for (int64_t l = shape.n_dense_lead; l < shape.n_layer; ++l) {
+    int64_t experts = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      EXPECT_LE(one->expert_tokens()[l * E + e], 1);
+      experts += one->expert_tokens()[l * E + e];
+    }
+    EXPECT_EQ(experts, k) << "layer " << l;
+  }
+  auto dense = model::LlamaModel::load(model::make_random_model(model::find_model_shape("tiny").value(), DType::kF32, 9).value());
+  ASSERT_TRUE(dense.is_ok());
+  auto dense_eng = engine::Engine::create(std::move(dense).value(), engine::EngineConfig{}, clock, logger);
+  ASSERT_TRUE(dense_eng.is_ok());
+  EXPECT_TRUE(dense_eng.value()->expert_tokens().empty());
+}
+
 TEST(MoeForward, BrokenExpertKeysAreRefused) {
   const model::ModelShape shape = model::find_model_shape("tiny-qwen3moe").value();
   struct Case {

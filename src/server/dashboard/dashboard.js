@@ -60,6 +60,46 @@
     }
   }
 
+  // Expert load (GET /v1/moe/experts): one row per MoE layer, one cell per expert, shaded by its
+  // tokens relative to the layer's busiest expert; the table names each layer's hottest expert,
+  // its load relative to an even spread (1.00 = routed / experts) and the experts never chosen.
+  function renderExperts(load) {
+    $('experts-row').hidden = false;
+    $('experts-desc').textContent = load.experts + ' experts, ' + load.experts_per_token + ' per token, ' +
+      load.layers.length + ' layers';
+    const canvas = $('expert-map');
+    const ctx = canvas.getContext('2d');
+    const width = canvas.clientWidth || 640;
+    const height = canvas.clientHeight || 120;
+    const dpr = window.devicePixelRatio || 1;
+    if (canvas.width !== Math.round(width * dpr)) canvas.width = Math.round(width * dpr);
+    if (canvas.height !== Math.round(height * dpr)) canvas.height = Math.round(height * dpr);
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    const rows = load.layers.length, cols = load.experts;
+    const cw = width / cols, ch = height / Math.max(1, rows);
+    const body = $('experts').tBodies[0];
+    body.replaceChildren();
+    load.layers.forEach((layer, r) => {
+      const routed = layer.tokens.reduce((a, b) => a + b, 0);
+      const top = Math.max(...layer.tokens);
+      layer.tokens.forEach((n, e) => {
+        ctx.fillStyle = 'rgba(37, 99, 235, ' + (top > 0 ? 0.08 + 0.92 * n / top : 0.08).toFixed(3) + ')';
+        ctx.fillRect(e * cw, r * ch, Math.max(1, cw - (cw >= 4 ? 1 : 0)), Math.max(1, ch - (ch >= 4 ? 1 : 0)));
+      });
+      const tr = document.createElement('tr');
+      tr.dataset.layer = layer.layer;
+      cell(tr, layer.layer);
+      cell(tr, routed);
+      cell(tr, routed > 0 ? layer.tokens.indexOf(top) : '—');
+      cell(tr, routed > 0 ? (top / (routed / cols)).toFixed(2) + '×' : '—');
+      cell(tr, layer.tokens.filter((n) => n === 0).length);
+      body.appendChild(tr);
+    });
+    document.body.dataset.moeLayers = String(rows);
+    document.body.dataset.moeRouted = String(load.layers.reduce((a, l) => a + l.tokens.reduce((x, y) => x + y, 0), 0));
+  }
+
   function drawChart(id, values, fixedMax) {
     const svg = $(id);
     const W = 300, H = 110, pad = 4;
@@ -253,7 +293,12 @@
         status('HTTP ' + res.status, 'error');
       } else {
         $('key-form').hidden = true;
-        render(await res.json());
+        const s = await res.json();
+        if (s.experts > 0) {  // a mixture-of-experts model: its expert load too
+          const moe = await fetch('/v1/moe/experts', { headers, cache: 'no-store' });
+          if (moe.ok) renderExperts(await moe.json());
+        }
+        render(s);
         status('live', 'live');
       }
     } catch (e) {
