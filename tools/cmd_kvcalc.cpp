@@ -36,6 +36,8 @@ struct ResolvedModel {
   std::string source;         // "preset", "GGUF", "config.json"
   std::string weight_source;  // how spec.weight_bytes was found, or why it is unknown
   bool weights_known = false;
+  int64_t active_weight_bytes = 0;  // mixture of experts: bytes a decode token reads (0: dense)
+  int64_t n_expert = 0, n_expert_used = 0;
 };
 
 kvcache::KvModelSpec to_planner_spec(const model::KvSpec& m) {
@@ -70,6 +72,9 @@ Result<ResolvedModel> resolve_model(const std::string& what) {
     r.source = m.format;
     r.weight_source = m.weight_source;
     r.weights_known = r.source == "GGUF" || m.weight_bytes > 0;
+    r.active_weight_bytes = m.active_weight_bytes;
+    r.n_expert = m.n_expert;
+    r.n_expert_used = m.n_expert_used;
     return r;
   }
   auto preset = kvcache::find_kv_model_preset(what);
@@ -148,7 +153,11 @@ void print_json(const ResolvedModel& m, const kvcache::CapacityPlan& plan, const
                 {"n_layer", s.n_layer}, {"n_kv_layers", s.kv_layers()}, {"n_head", s.n_head}, {"n_kv_head", s.n_kv_head}, {"head_dim", s.head_dim},
                 {"kv_lora_rank", s.kv_lora_rank}, {"qk_rope_head_dim", s.qk_rope_head_dim},
                 {"sliding_window", s.sliding_window}, {"num_sliding_layers", s.num_sliding_layers()},
-                {"max_context", s.max_context}};
+                {"max_context", s.max_context}, {"weight_bytes", s.weight_bytes}};
+  if (m.active_weight_bytes > 0) {
+    j["model"]["experts"] = {{"n_expert", m.n_expert}, {"n_expert_used", m.n_expert_used},
+                             {"active_weight_bytes", m.active_weight_bytes}};
+  }
   j["block_size"] = plan.block_size;
   j["context"] = plan.context;
   if (plan.mem_bytes > 0) {
@@ -188,6 +197,11 @@ void print_header(const ResolvedModel& m, const kvcache::CapacityPlan& plan, boo
   } else {
     std::printf("shape     %lld layers, %lld query heads, %lld kv heads (%s), head dim %lld\n", (long long)s.n_layer,
                 (long long)s.n_head, (long long)s.n_kv_head, std::string(s.attention_kind()).c_str(), (long long)s.head_dim);
+  }
+  if (m.active_weight_bytes > 0) {
+    std::printf("experts   %lld of %lld per token: weights %s resident, %s read per token (the decode floor)\n",
+                (long long)m.n_expert_used, (long long)m.n_expert, kvcache::format_bytes(s.weight_bytes).c_str(),
+                kvcache::format_bytes(m.active_weight_bytes).c_str());
   }
   if (s.kv_layers() < s.n_layer) {
     std::printf("sharing   cross-layer KV: %lld of %lld layers own K/V blocks (saves %.0f%% of the KV)\n",

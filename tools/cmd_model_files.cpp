@@ -5,6 +5,7 @@
 #include "kvcache/kv_layout.h"
 #include "model/format/hf_checkpoint.h"
 #include "model/format/hf_convert.h"
+#include "model/kv_spec.h"
 #include "model/model_config.h"
 #include "model/model_factory.h"
 #include "tools/commands.h"
@@ -131,25 +132,19 @@ int info(const std::string& path, const std::string& tokenizer_path, bool all_ke
     std::printf("model           not runnable: %s\n", config.status().message().c_str());
   }
   std::map<std::string, std::pair<int, uint64_t>> by_type;
-  uint64_t total = 0, experts = 0, embedding = 0;
+  uint64_t total = 0;
   for (const auto& t : f.tensors()) {
     auto& e = by_type[model::ggml_type_name(t.ggml_type)];
     ++e.first;
     e.second += t.bytes;
     total += t.bytes;
-    if (t.name.find("_exps.") != std::string::npos) experts += t.bytes;
-    if (t.name == "token_embd.weight") embedding = t.bytes;
   }
   std::printf("tensor bytes    %s\n", kvcache::format_bytes(static_cast<int64_t>(total)).c_str());
-  if (config.is_ok() && config->is_moe() && experts > 0) {
-    // A token reads its experts' share of the expert tensors and the rest but the embedding
-    // table (one row of it; the tied classifier, when there is one, reads it whole).
-    const bool tied = f.find_tensor("output.weight") == nullptr;
-    const uint64_t active = (total - experts - (tied ? 0 : embedding)) +
-                            experts / static_cast<uint64_t>(config->n_expert) * static_cast<uint64_t>(config->n_expert_used);
-    std::printf("active bytes    %s per token (%lld of %lld experts; the decode floor)\n",
-                kvcache::format_bytes(static_cast<int64_t>(active)).c_str(), (long long)config->n_expert_used,
-                (long long)config->n_expert);
+  if (config.is_ok() && config->is_moe()) {
+    if (const int64_t active = model::moe_active_bytes(f, config->n_expert, config->n_expert_used); active > 0) {
+      std::printf("active bytes    %s per token (%lld of %lld experts; the decode floor)\n",
+                  kvcache::format_bytes(active).c_str(), (long long)config->n_expert_used, (long long)config->n_expert);
+    }
   }
   for (const auto& [type, e] : by_type) {
     std::printf("  %-6s        %d tensors, %s\n", type.c_str(), e.first, kvcache::format_bytes(static_cast<int64_t>(e.second)).c_str());

@@ -127,7 +127,25 @@ Result<KvSpec> kv_spec_from_gguf(const GgufFile& f) {
   for (const GgufTensorInfo& t : f.tensors()) total += t.bytes;
   s.weight_bytes = static_cast<int64_t>(total);
   s.weight_source = "tensor bytes";
+  s.n_expert = f.get_int(p + "expert_count").value_or(0);
+  s.n_expert_used = f.get_int(p + "expert_used_count").value_or(0);
+  if (s.n_expert > 0 && s.n_expert_used > 0 && s.n_expert_used <= s.n_expert) {
+    s.active_weight_bytes = moe_active_bytes(f, s.n_expert, s.n_expert_used);
+  }
   return s;
+}
+
+int64_t moe_active_bytes(const GgufFile& f, int64_t n_expert, int64_t n_expert_used) {
+  uint64_t total = 0, experts = 0, embedding = 0;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    total += t.bytes;
+    if (t.name.find("_exps.") != std::string::npos) experts += t.bytes;
+    if (t.name == "token_embd.weight") embedding = t.bytes;
+  }
+  if (experts == 0 || n_expert <= 0) return 0;
+  const bool tied = f.find_tensor("output.weight") == nullptr;
+  return static_cast<int64_t>(total - experts - (tied ? 0 : embedding) +
+                              experts / static_cast<uint64_t>(n_expert) * static_cast<uint64_t>(n_expert_used));
 }
 
 // ---------------------------------------------------------------- config.json

@@ -46,7 +46,16 @@ struct KvSpec {
   int64_t n_kv_layers = 0;    // CLA ({arch}.attention.kv_source_layer): layers owning K/V; 0: all
   int64_t weight_bytes = 0;   // 0: unknown
   std::string weight_source;  // how weight_bytes was found ("tensor bytes", "estimated ...") or why not
+  // Mixture of experts (GGUF): bytes one decode token reads (moe_active_bytes), the decode
+  // floor; the whole weight_bytes stays resident. 0: a dense model or unknown.
+  int64_t active_weight_bytes = 0;
+  int64_t n_expert = 0, n_expert_used = 0;
 };
+
+// The tensor bytes one token reads in a mixture-of-experts GGUF file: every tensor but the
+// experts' ("*_exps.*", of which it reads n_expert_used / n_expert) and the embedding table (one
+// row of it; a tied classifier reads it whole). Shared experts and dense layers count whole.
+int64_t moe_active_bytes(const GgufFile& file, int64_t n_expert, int64_t n_expert_used);
 
 // From GGUF metadata; weight_bytes is the sum of the tensors' bytes (a header-only read is enough).
 Result<KvSpec> kv_spec_from_gguf(const GgufFile& file);

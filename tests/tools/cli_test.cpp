@@ -203,6 +203,16 @@ TEST(Cli, InfoOfADeepSeekExpertsFileNamesItsRule) {
   const int64_t active = total - experts - embedding + experts / 8 * 2;
   EXPECT_NE(i.out.find("active bytes    " + kvcache::format_bytes(active) + " per token (2 of 8 experts"), std::string::npos)
       << i.out;
+  // kvcalc: every weight resident, the active share read per token.
+  Output calc = pagoda("kvcalc " + path + " --kv-dtype f16 --json");
+  ASSERT_EQ(calc.exit_code, 0) << calc.err;
+  const auto plan = nlohmann::json::parse(calc.out);
+  EXPECT_EQ(plan["model"]["weight_bytes"], total);
+  EXPECT_EQ(plan["model"]["experts"]["active_weight_bytes"], active);
+  EXPECT_EQ(plan["model"]["experts"]["n_expert_used"], 2);
+  Output text = pagoda("kvcalc " + path + " --kv-dtype f16");
+  EXPECT_NE(text.out.find("experts   2 of 8 per token: weights " + kvcache::format_bytes(total) + " resident, " +
+                          kvcache::format_bytes(active) + " read per token"), std::string::npos) << text.out;
   Output r = pagoda("run -m " + path + " -p 'hello' -n 4 --temp 0 --ignore-eos --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["token_ids"].size(), 4u);
