@@ -10,9 +10,11 @@
 //   admit     match + add_sequence + adopt + append the rest + commit + free of a new prompt
 //             that shares its first half with a cached one (32 blocks evicted, 32 registered)
 //   bytes/block  RSS growth of building and filling the pool / N
-// Router: W workers' block indexes (events/block_index.h) of 100,000 blocks each, then per
-// request the matched_blocks of a 64-block chain on every worker and the policy's choice:
-//   route     per request (all W workers scored)
+// Router: W workers' block indexes (events/block_index.h) of 100,000 blocks each feeding the
+// router's inverted index (events/holder_index.h), then per request a 64-block chain scored on
+// every worker and the policy's choice:
+//   route     one HolderIndex match for all W workers (the router's way)
+//   probe_each_worker  matched_blocks on every worker's index (the way before; same choices)
 // Events: encode + decode of a BlockStored batch of 64 blocks (msgpack, vLLM's format).
 #include <unistd.h>
 
@@ -22,9 +24,11 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/rng.h"
 #include "events/block_index.h"
 #include "events/event_codec.h"
+#include "events/holder_index.h"
 #include "kvcache/block_manager.h"
 #include "router/policy.h"
 
@@ -104,16 +108,20 @@ std::string block_manager_row(int64_t n_blocks) {
   return buf;
 }
 
+// The router's choice at `workers` workers of 100 k blocks each (a tenth hold the request's
+// 64-block prefix): per-worker probes (each worker's BlockIndex, one DRAM miss per worker: the
+// router before the inverted index) and one HolderIndex match (what RouterServer::choose does).
 std::string router_row(int workers) {
   constexpr int64_t kBlocksPerWorker = 100000, kChain = 64;
   const int64_t rss0 = rss_bytes();
+  events::HolderIndex holders;
   std::vector<std::unique_ptr<events::BlockIndex>> idx;
   Rng rng(7);
   std::vector<uint64_t> shared(kChain);
   for (auto& h : shared) h = rng.next_u64();
   std::vector<uint64_t> hashes(kBlocksPerWorker);
   for (int w = 0; w < workers; ++w) {
-    idx.push_back(std::make_unique<events::BlockIndex>());
+    idx.push_back(std::make_unique<events::BlockIndex>(&holders, w));
     for (auto& h : hashes) h = rng.next_u64();
     if (w % 10 == 0) std::copy(shared.begin(), shared.end(), hashes.begin());  // a tenth hold the prefix
     idx.back()->insert("GPU", hashes);
@@ -121,6 +129,7 @@ std::string router_row(int workers) {
   const int64_t rss1 = rss_bytes();
   const int reps = std::max(20, 20000 / workers);
   std::vector<router::WorkerLoad> loads(static_cast<size_t>(workers));
+  const router::RequestCost cost{kChain * 16, kChain + 8, 16};
   const auto t0 = Clock::now();
   int64_t best = 0;
   for (int r = 0; r < reps; ++r) {
@@ -128,15 +137,27 @@ std::string router_row(int workers) {
       loads[static_cast<size_t>(w)].available = true;
       loads[static_cast<size_t>(w)].overlap_blocks = idx[static_cast<size_t>(w)]->matched_blocks(shared);
     }
-    const router::RequestCost cost{kChain * 16, kChain + 8, 16};
     best += router::choose_worker(router::RoutingPolicy::kKvAware, loads, cost, 1.0, static_cast<uint64_t>(r)).worker;
   }
-  const double route_s = seconds_since(t0) / reps;
-  char buf[320];
+  const double probe_s = seconds_since(t0) / reps;
+  std::vector<int64_t> matched(static_cast<size_t>(workers));
+  const auto t1 = Clock::now();
+  int64_t best_inverted = 0;
+  for (int r = 0; r < reps; ++r) {
+    holders.match(shared, matched);
+    for (int w = 0; w < workers; ++w) {
+      loads[static_cast<size_t>(w)].available = true;
+      loads[static_cast<size_t>(w)].overlap_blocks = matched[static_cast<size_t>(w)];
+    }
+    best_inverted += router::choose_worker(router::RoutingPolicy::kKvAware, loads, cost, 1.0, static_cast<uint64_t>(r)).worker;
+  }
+  const double route_s = seconds_since(t1) / reps;
+  CHECK_EQ(best, best_inverted);  // the same choices
+  char buf[400];
   std::snprintf(buf, sizeof(buf),
                 "{\"workers\": %d, \"blocks_per_worker\": %lld, \"route_us\": %.3f, \"route_us_per_worker\": %.4f, "
-                "\"index_bytes_per_block\": %.1f, \"picks_sum\": %lld}",
-                workers, (long long)kBlocksPerWorker, route_s * 1e6, route_s * 1e6 / workers,
+                "\"probe_each_worker_us\": %.3f, \"index_bytes_per_block\": %.1f, \"picks_sum\": %lld}",
+                workers, (long long)kBlocksPerWorker, route_s * 1e6, route_s * 1e6 / workers, probe_s * 1e6,
                 static_cast<double>(rss1 - rss0) / static_cast<double>(workers * kBlocksPerWorker), (long long)best);
   return buf;
 }

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "events/holder_index.h"
+
 namespace pagoda::events {
 
 using nlohmann::json;
@@ -80,20 +82,48 @@ BlockIndex::Medium& BlockIndex::medium_locked(std::string_view name) {
   return media_.back();
 }
 
+bool BlockIndex::held_elsewhere_locked(const Medium& m, uint64_t hash) const {
+  for (const Medium& other : media_) {
+    if (&other != &m && other.hashes.count(hash) != 0) return true;
+  }
+  return false;
+}
+
+void BlockIndex::add_locked(Medium& m, uint64_t hash) {
+  if (m.hashes.insert(hash).second && holders_ != nullptr && !held_elsewhere_locked(m, hash)) {
+    holders_->add(hash, holder_);
+  }
+}
+
+void BlockIndex::remove_locked(Medium& m, uint64_t hash) {
+  if (m.hashes.erase(hash) != 0 && holders_ != nullptr && !held_elsewhere_locked(m, hash)) {
+    holders_->remove(hash, holder_);
+  }
+}
+
+void BlockIndex::clear_locked() {
+  if (holders_ != nullptr) {
+    for (const Medium& m : media_) {
+      for (uint64_t h : m.hashes) holders_->remove(h, holder_);  // idempotent: once per medium is fine
+    }
+  }
+  for (Medium& m : media_) m.hashes.clear();
+}
+
 void BlockIndex::apply_locked(const KvEvent& e) {
   switch (e.type) {
     case KvEventType::kBlockStored: {
       Medium& m = medium_locked(e.medium.value_or(std::string(kNoMedium)));
-      m.hashes.insert(e.block_hashes.begin(), e.block_hashes.end());
+      for (uint64_t h : e.block_hashes) add_locked(m, h);
       return;
     }
     case KvEventType::kBlockRemoved: {
       Medium& m = medium_locked(e.medium.value_or(std::string(kNoMedium)));
-      for (uint64_t h : e.block_hashes) m.hashes.erase(h);
+      for (uint64_t h : e.block_hashes) remove_locked(m, h);
       return;
     }
     case KvEventType::kAllBlocksCleared:
-      for (Medium& m : media_) m.hashes.clear();
+      clear_locked();
       return;
   }
 }
@@ -110,27 +140,28 @@ void BlockIndex::apply(const KvEvent& event) {
 
 void BlockIndex::insert(std::string_view medium, std::span<const uint64_t> hashes) {
   std::unique_lock lock(mutex_);
-  medium_locked(medium).hashes.insert(hashes.begin(), hashes.end());
+  Medium& m = medium_locked(medium);
+  for (uint64_t h : hashes) add_locked(m, h);
 }
 
 void BlockIndex::erase(std::string_view medium, std::span<const uint64_t> hashes) {
   std::unique_lock lock(mutex_);
   Medium& m = medium_locked(medium);
-  for (uint64_t h : hashes) m.hashes.erase(h);
+  for (uint64_t h : hashes) remove_locked(m, h);
 }
 
 void BlockIndex::reset(const KvEventsSnapshot& snapshot) {
   std::unique_lock lock(mutex_);
-  for (Medium& m : media_) m.hashes.clear();
+  clear_locked();
   for (const MediumBlocks& mb : snapshot.media) {
     Medium& m = medium_locked(mb.medium);
-    m.hashes.insert(mb.hashes.begin(), mb.hashes.end());
+    for (uint64_t h : mb.hashes) add_locked(m, h);
   }
 }
 
 void BlockIndex::clear() {
   std::unique_lock lock(mutex_);
-  for (Medium& m : media_) m.hashes.clear();
+  clear_locked();
 }
 
 int64_t BlockIndex::matched_blocks(std::span<const uint64_t> chain) const {

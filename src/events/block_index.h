@@ -43,8 +43,17 @@ bool hash_from_hex(std::string_view text, uint64_t& hash);
 std::string snapshot_to_json(const KvEventsSnapshot& snapshot);
 Result<KvEventsSnapshot> snapshot_from_json(std::string_view text);
 
+class HolderIndex;
+
 class BlockIndex {
  public:
+  BlockIndex() = default;
+  // Also keeps `holders` (not owned; outlives this) told which hashes this instance, holder id
+  // `holder`, holds in any medium: the router's inverted index (holder_index.h).
+  BlockIndex(HolderIndex* holders, int32_t holder) : holders_(holders), holder_(holder) {}
+  BlockIndex(const BlockIndex&) = delete;
+  BlockIndex& operator=(const BlockIndex&) = delete;
+
   void apply(const KvEventBatch& batch);
   void apply(const KvEvent& event);
   // The same as a BlockStored / BlockRemoved event of `medium` would.
@@ -69,6 +78,15 @@ class BlockIndex {
   };
   Medium& medium_locked(std::string_view name);  // created on first use
   void apply_locked(const KvEvent& event);
+  // Every change of a medium's set goes through these, which tell holders_ when the hash
+  // enters or leaves the union of the media.
+  void add_locked(Medium& m, uint64_t hash);
+  void remove_locked(Medium& m, uint64_t hash);
+  void clear_locked();
+  bool held_elsewhere_locked(const Medium& m, uint64_t hash) const;
+
+  HolderIndex* holders_ = nullptr;
+  int32_t holder_ = -1;
 
   mutable std::shared_mutex mutex_;
   std::vector<Medium> media_;  // few: GPU, CPU, DISK, REDIS

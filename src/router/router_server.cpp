@@ -26,7 +26,10 @@ RouterServer::RouterServer(RouterConfig config, std::vector<WorkerAddress> worke
   options.api_key = config_.worker_api_key;
   options.connect_timeout_s = config_.connect_timeout_s;
   options.tokenizer_probe = model::encode_prompt(*tokenizer_, model::kTokenizerProbe);
-  for (WorkerAddress& a : workers) workers_.push_back(std::make_unique<Worker>(std::move(a), options, clock_, logger_));
+  for (WorkerAddress& a : workers) {
+    const auto id = static_cast<int32_t>(workers_.size());
+    workers_.push_back(std::make_unique<Worker>(std::move(a), options, clock_, logger_, &holders_, id));
+  }
   worker_ttft_.resize(workers_.size());
   routes();
 }
@@ -87,8 +90,13 @@ void RouterServer::count(int64_t RouterCounters::*field) {
 
 int RouterServer::choose(const RoutingRequest& request, const std::vector<bool>& tried, int64_t& overlap_blocks) {
   std::vector<WorkerLoad> loads;
-  // Workers that share a namespace (the usual case) share one hashing of the prompt.
-  std::vector<std::pair<uint64_t, std::vector<kvcache::BlockHash>>> chains;
+  // Workers that share a namespace (the usual case) share one hashing of the prompt, and one
+  // match of it against every worker's blocks through the inverted index: matched[w].
+  struct Chain {
+    uint64_t key = 0;
+    std::vector<int64_t> matched;  // [workers]
+  };
+  std::vector<Chain> chains;
   int64_t block_size = 16;
   for (size_t i = 0; i < workers_.size(); ++i) {
     const Worker& w = *workers_[i];
@@ -101,12 +109,14 @@ int RouterServer::choose(const RoutingRequest& request, const std::vector<bool>&
       // One chain per (namespace, block size, hash scheme) among the workers.
       const uint64_t key = ns.key() ^ static_cast<uint64_t>(info->block_size) ^
                            static_cast<uint64_t>(reinterpret_cast<uintptr_t>(info->hash_fn()));
-      auto it = std::find_if(chains.begin(), chains.end(), [&](const auto& c) { return c.first == key; });
+      auto it = std::find_if(chains.begin(), chains.end(), [&](const Chain& c) { return c.key == key; });
       if (it == chains.end()) {
-        chains.emplace_back(key, prompt_block_hashes(request.tokens, info->block_size, ns, info->hash_fn()));
+        Chain c{key, std::vector<int64_t>(workers_.size())};
+        holders_.match(prompt_block_hashes(request.tokens, info->block_size, ns, info->hash_fn()), c.matched);
+        chains.push_back(std::move(c));
         it = chains.end() - 1;
       }
-      overlap = w.matched_blocks(it->second);
+      overlap = it->matched[i];
     }
     loads.push_back(w.load(available, overlap));
   }

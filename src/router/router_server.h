@@ -41,6 +41,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "events/holder_index.h"
 #include "model/text/chat_template.h"
 #include "model/text/tokenizer.h"
 #include "router/latency_histogram.h"
@@ -131,6 +132,9 @@ class RouterServer {
   void observe_ttft(size_t worker, double seconds);
 
   RouterConfig config_;
+  // Which workers hold each block hash (fed by the workers' indexes; declared first so that it
+  // outlives them): choose() matches a prompt against all workers at once through it.
+  events::HolderIndex holders_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::shared_ptr<const model::Tokenizer> tokenizer_;
   model::ChatTemplate chat_template_;

@@ -25,8 +25,9 @@ Result<WorkerAddress> parse_worker_url(const std::string& url) {
   return a;
 }
 
-Worker::Worker(WorkerAddress address, WorkerOptions options, const Clock& clock, const Logger& logger)
-    : address_(std::move(address)), options_(std::move(options)), clock_(clock), logger_(logger) {}
+Worker::Worker(WorkerAddress address, WorkerOptions options, const Clock& clock, const Logger& logger,
+               events::HolderIndex* holders, int32_t id)
+    : address_(std::move(address)), options_(std::move(options)), clock_(clock), logger_(logger), index_(holders, id) {}
 
 Worker::~Worker() {
   std::unique_ptr<events::KvEventSubscriber> subscriber;

@@ -29,6 +29,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "events/block_index.h"
+#include "events/holder_index.h"
 #include "events/kv_event_subscriber.h"
 #include "router/policy.h"
 #include "router/worker_info.h"
@@ -68,7 +69,10 @@ struct WorkerCounters {
 
 class Worker {
  public:
-  Worker(WorkerAddress address, WorkerOptions options, const Clock& clock, const Logger& logger);
+  // holders (not owned; outlives the worker): the router's inverted index, told this worker's
+  // blocks under holder id `id`; nullptr: none.
+  Worker(WorkerAddress address, WorkerOptions options, const Clock& clock, const Logger& logger,
+         events::HolderIndex* holders = nullptr, int32_t id = -1);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -86,7 +90,8 @@ class Worker {
   const events::BlockIndex& index() const { return index_; }
   std::optional<events::SubscriberStats> event_stats() const;
 
-  // How many of `chain` it holds (0 unless predictable).
+  // How many of `chain` it holds (0 unless predictable). The router asks the inverted index
+  // instead (one match for all workers); this is the same answer for one.
   int64_t matched_blocks(std::span<const kvcache::BlockHash> chain) const;
   WorkerLoad load(bool available, int64_t overlap_blocks) const;
   void begin(Ticket& ticket);
