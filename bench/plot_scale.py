@@ -67,7 +67,9 @@ def main():
     chart("Router: kv-aware routing cost vs workers (100,000 blocks each)", "workers", "µs",
           [r["workers"] for r in rt],
           [("per request (µs)", [r["route_us"] for r in rt]),
-           ("per request per worker (µs)", [r["route_us_per_worker"] for r in rt])],
+           ("per request per worker (µs)", [r["route_us_per_worker"] for r in rt])] +
+          ([("probing each worker (µs)", [r["probe_each_worker_us"] for r in rt])]
+           if all("probe_each_worker_us" in r for r in rt) else []),
           os.path.join(out, "router.svg"))
 
 
