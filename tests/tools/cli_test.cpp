@@ -154,6 +154,24 @@ TEST(Cli, UnsupportedArchitectureIsRefusedFromTheHeader) {
   expect_clean_error(pagoda("serve -m " + path + " --port 0"), want);
 }
 
+// A file's tensor bytes: all, the routed experts' ("*_exps.*") and the embedding table's,
+// counted here by name, apart from model::moe_active_bytes.
+struct TensorBytes {
+  int64_t total = 0, experts = 0, embedding = 0;
+};
+TensorBytes tensor_bytes(const std::string& path) {
+  TensorBytes b;
+  auto file = model::GgufFile::read(path);
+  EXPECT_TRUE(file.is_ok()) << path;
+  if (!file.is_ok()) return b;
+  for (const auto& t : file->tensors()) {
+    b.total += static_cast<int64_t>(t.bytes);
+    if (t.name.find("_exps.") != std::string::npos) b.experts += static_cast<int64_t>(t.bytes);
+    if (t.name == "token_embd.weight") b.embedding = static_cast<int64_t>(t.bytes);
+  }
+  return b;
+}
+
 // A mixture-of-experts file: info names the experts and the bytes a token reads (the router's
 // F32 share, 2 of 8 experts, the rest but the untied embedding table), and it runs.
 TEST(Cli, InfoOfAMixtureOfExpertsFileCountsActiveBytes) {
@@ -163,14 +181,8 @@ TEST(Cli, InfoOfAMixtureOfExpertsFileCountsActiveBytes) {
   Output i = pagoda("info " + path);
   ASSERT_EQ(i.exit_code, 0) << i.err;
   EXPECT_NE(i.out.find("experts         8 of width 32, 2 per token"), std::string::npos) << i.out;
-  auto file = model::GgufFile::read(path);
-  ASSERT_TRUE(file.is_ok());
-  int64_t total = 0, experts = 0, embedding = 0;
-  for (const auto& t : file->tensors()) {
-    total += static_cast<int64_t>(t.bytes);
-    if (t.name.find("_exps.") != std::string::npos) experts += static_cast<int64_t>(t.bytes);
-    if (t.name == "token_embd.weight") embedding = static_cast<int64_t>(t.bytes);
-  }
+  const TensorBytes bytes = tensor_bytes(path);
+  const int64_t total = bytes.total, experts = bytes.experts, embedding = bytes.embedding;
   const int64_t active = total - experts - embedding + experts / 8 * 2;
   EXPECT_NE(i.out.find("active bytes    " + kvcache::format_bytes(active) + " per token (2 of 8 experts"), std::string::npos)
       << i.out;
@@ -191,14 +203,8 @@ TEST(Cli, InfoOfADeepSeekExpertsFileNamesItsRule) {
             std::string::npos) << i.out;
   EXPECT_NE(i.out.find("shared experts  1 (width 32, every token)"), std::string::npos) << i.out;
   EXPECT_NE(i.out.find("dense layers    the first 1 (feed-forward 96)"), std::string::npos) << i.out;
-  auto file = model::GgufFile::read(path);
-  ASSERT_TRUE(file.is_ok());
-  int64_t total = 0, experts = 0, embedding = 0;
-  for (const auto& t : file->tensors()) {
-    total += static_cast<int64_t>(t.bytes);
-    if (t.name.find("_exps.") != std::string::npos) experts += static_cast<int64_t>(t.bytes);
-    if (t.name == "token_embd.weight") embedding = static_cast<int64_t>(t.bytes);
-  }
+  const TensorBytes bytes = tensor_bytes(path);
+  const int64_t total = bytes.total, experts = bytes.experts, embedding = bytes.embedding;
   ASSERT_GT(experts, 0);
   const int64_t active = total - experts - embedding + experts / 8 * 2;
   EXPECT_NE(i.out.find("active bytes    " + kvcache::format_bytes(active) + " per token (2 of 8 experts"), std::string::npos)

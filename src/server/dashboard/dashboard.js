@@ -31,16 +31,23 @@
     return Math.round(s / 3600) + ' h ago';
   }
 
-  function drawBlockMap(map) {
-    const canvas = $('block-map');
+  // A cleared 2-D context on canvas `id` sized to its CSS box at the device's pixel ratio, and
+  // that box's width and height (fallbacks before layout).
+  function canvasContext(id, fallbackWidth, fallbackHeight) {
+    const canvas = $(id);
     const ctx = canvas.getContext('2d');
-    const width = canvas.clientWidth || 640;
-    const height = canvas.clientHeight || 160;
+    const width = canvas.clientWidth || fallbackWidth;
+    const height = canvas.clientHeight || fallbackHeight;
     const dpr = window.devicePixelRatio || 1;
     if (canvas.width !== Math.round(width * dpr)) canvas.width = Math.round(width * dpr);
     if (canvas.height !== Math.round(height * dpr)) canvas.height = Math.round(height * dpr);
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, width, height);
+    return { ctx, width, height };
+  }
+
+  function drawBlockMap(map) {
+    const { ctx, width, height } = canvasContext('block-map', 640, 160);
     const n = map.length;
     if (n === 0) return;
     // The largest square cell that fits n cells into width x height.
@@ -67,15 +74,7 @@
     $('experts-row').hidden = false;
     $('experts-desc').textContent = load.experts + ' experts, ' + load.experts_per_token + ' per token, ' +
       load.layers.length + ' layers';
-    const canvas = $('expert-map');
-    const ctx = canvas.getContext('2d');
-    const width = canvas.clientWidth || 640;
-    const height = canvas.clientHeight || 120;
-    const dpr = window.devicePixelRatio || 1;
-    if (canvas.width !== Math.round(width * dpr)) canvas.width = Math.round(width * dpr);
-    if (canvas.height !== Math.round(height * dpr)) canvas.height = Math.round(height * dpr);
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, width, height);
+    const { ctx, width, height } = canvasContext('expert-map', 640, 120);
     const rows = load.layers.length, cols = load.experts;
     const cw = width / cols, ch = height / Math.max(1, rows);
     const body = $('experts').tBodies[0];
