@@ -54,3 +54,19 @@ export async function withPage(origin, expect401, body) {
     fs.rmSync(userDataDir, { recursive: true, force: true });
   }
 }
+
+// A check script's verdict: check(ok, what) records a failure, report(result) prints one JSON
+// line {...result, ok, failures} and exits 1 when anything failed.
+export function checker() {
+  const failures = [];
+  return {
+    failures,
+    check: (ok, what) => { if (!ok) failures.push(what); },
+    report(result) {
+      result.ok = failures.length === 0;
+      result.failures = failures;
+      console.log(JSON.stringify(result));
+      process.exit(result.ok ? 0 : 1);
+    },
+  };
+}

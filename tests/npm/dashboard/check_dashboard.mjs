@@ -12,7 +12,7 @@
 // Writes OUT_DIR/dashboard-live.png (under load) and OUT_DIR/dashboard-idle.png. Prints one JSON
 // line {"ok": true|false, "failures": [...], ...}; exits 1 on a failure.
 import path from 'node:path';
-import { parseMetrics, sleep, withPage } from './browser.mjs';
+import { checker, parseMetrics, sleep, withPage } from './browser.mjs';
 
 // Optional after OUT_DIR: --tiers=host,disk (the server has these tiers below the pool: the
 // tier rows must name them and show blocks written), and the API key.
@@ -26,8 +26,7 @@ if (!url || !outDir) {
   process.exit(2);
 }
 const origin = new URL(url).origin;
-const failures = [];
-const check = (ok, what) => { if (!ok) failures.push(what); };
+const { failures, check, report } = checker();
 const auth = apiKey ? { Authorization: 'Bearer ' + apiKey } : {};
 
 async function getJson(p) {
@@ -211,7 +210,4 @@ try {
 } catch (e) {
   failures.push('exception: ' + (e && e.stack ? e.stack : e));
 }
-result.ok = failures.length === 0;
-result.failures = failures;
-console.log(JSON.stringify(result));
-process.exit(result.ok ? 0 : 1);
+report(result);

@@ -6,7 +6,7 @@
 // what GET /v1/moe/experts says at that moment, and the page must talk to no other host and log
 // no error. Writes OUT_DIR/dashboard-experts.png; prints one JSON line {"ok": ..., "failures": [...]}.
 import path from 'node:path';
-import { withPage } from './browser.mjs';
+import { checker, withPage } from './browser.mjs';
 
 const [url, outDir] = process.argv.slice(2);
 if (!url || !outDir) {
@@ -14,8 +14,7 @@ if (!url || !outDir) {
   process.exit(2);
 }
 const origin = new URL(url).origin;
-const failures = [];
-const check = (ok, what) => { if (!ok) failures.push(what); };
+const { failures, check, report } = checker();
 const result = {};
 
 try {
@@ -54,7 +53,4 @@ try {
 } catch (e) {
   failures.push('exception: ' + (e && e.stack ? e.stack : e));
 }
-result.ok = failures.length === 0;
-result.failures = failures;
-console.log(JSON.stringify(result));
-process.exit(result.ok ? 0 : 1);
+report(result);

@@ -16,7 +16,7 @@
 // Writes OUT_DIR/router-dashboard-live.png and OUT_DIR/router-dashboard-idle.png. Prints one
 // JSON line {"ok": true|false, "failures": [...], ...}; exits 1 on a failure.
 import path from 'node:path';
-import { parseMetrics, sleep, withPage } from './browser.mjs';
+import { checker, parseMetrics, sleep, withPage } from './browser.mjs';
 
 const [url, outDir, apiKey] = process.argv.slice(2);
 if (!url || !outDir) {
@@ -24,8 +24,7 @@ if (!url || !outDir) {
   process.exit(2);
 }
 const origin = new URL(url).origin;
-const failures = [];
-const check = (ok, what) => { if (!ok) failures.push(what); };
+const { failures, check, report } = checker();
 const auth = apiKey ? { Authorization: 'Bearer ' + apiKey } : {};
 
 async function getJson(p) {
@@ -217,7 +216,4 @@ try {
 } catch (e) {
   failures.push('exception: ' + (e && e.stack ? e.stack : e));
 }
-result.ok = failures.length === 0;
-result.failures = failures;
-console.log(JSON.stringify(result));
-process.exit(result.ok ? 0 : 1);
+report(result);
