@@ -1,6 +1,7 @@
-// Constrained decoding's own costs (no model): grammar compile time for a 20-property schema
-// and for a 50-tool call schema, the vocabulary trie's build, and the mask per generated token
-// (first sight of a state vs the cache) along random replies drawn from the masks.
+// Constrained decoding's own costs (no model): grammar compile time for a 20-property schema,
+// a 50-tool call schema, a GBNF JSON grammar (llama.cpp's grammar format) and a regular
+// expression (an ISO 8601 timestamp), the vocabulary trie's build, and the mask per generated
+// token (first sight of a state vs the cache) along random replies drawn from the masks.
 //   build/bin/structured_bench MODEL.gguf [replies]
 // Prints one JSON object.
 #include <algorithm>
@@ -12,7 +13,9 @@
 #include "model/format/gguf.h"
 #include "model/text/gguf_vocab.h"
 #include "model/text/tokenizer.h"
+#include "structured/gbnf.h"
 #include "structured/json_schema.h"
+#include "structured/regex.h"
 #include "structured/token_index.h"
 
 using namespace pagoda;
@@ -56,6 +59,18 @@ ojson fifty_tools() {
   return {{"anyOf", alts}};
 }
 
+// JSON as a GBNF grammar, written the way llama.cpp's grammars/json.gbnf is laid out.
+const char* kJsonGbnf = R"(
+root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
+array  ::= "[" ws ( value ("," ws value)* )? "]" ws
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [0-9]{0,2})? ws
+ws     ::= | " " | "\n" [ \t]{0,20}
+)";
+const char* kTimestampRegex = "\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])T([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,6})?(Z|[+-]\\d{2}:\\d{2})";
+
 struct Rng {
   uint64_t s = 12345;
   uint64_t next() { return s = s * 6364136223846793005ull + 1442695040888963407ull; }
@@ -88,14 +103,23 @@ int main(int argc, char** argv) {
   t0 = Clock::now();
   auto g50 = structured::grammar_from_json_schema(fifty_tools());
   const double compile50_s = since(t0);
-  if (!g20.is_ok() || !g50.is_ok()) return std::fprintf(stderr, "compile failed\n"), 1;
+  t0 = Clock::now();
+  auto gbnf = structured::grammar_from_gbnf(kJsonGbnf);
+  const double compile_gbnf_s = since(t0);
+  t0 = Clock::now();
+  auto regex = structured::grammar_from_regex(kTimestampRegex);
+  const double compile_regex_s = since(t0);
+  if (!g20.is_ok() || !g50.is_ok() || !gbnf.is_ok() || !regex.is_ok()) return std::fprintf(stderr, "compile failed\n"), 1;
 
   std::printf("{\"vocab\": %d, \"trie_build_ms\": %.2f, \"compile_20_properties_ms\": %.3f, \"grammar_rules_20\": %zu, "
-              "\"compile_50_tools_ms\": %.3f, \"grammar_rules_50\": %zu,\n",
-              tok->vocab_size(), trie_s * 1e3, compile20_s * 1e3, g20->num_rules(), compile50_s * 1e3, g50->num_rules());
-  const char* names[] = {"schema_20_properties", "tools_50"};
-  structured::Grammar* grammars[] = {&*g20, &*g50};
-  for (int gi = 0; gi < 2; ++gi) {
+              "\"compile_50_tools_ms\": %.3f, \"grammar_rules_50\": %zu, \"compile_gbnf_json_ms\": %.3f, "
+              "\"grammar_rules_gbnf\": %zu, \"compile_regex_timestamp_ms\": %.3f, \"grammar_rules_regex\": %zu,\n",
+              tok->vocab_size(), trie_s * 1e3, compile20_s * 1e3, g20->num_rules(), compile50_s * 1e3, g50->num_rules(),
+              compile_gbnf_s * 1e3, gbnf->num_rules(), compile_regex_s * 1e3, regex->num_rules());
+  const char* names[] = {"schema_20_properties", "tools_50", "gbnf_json", "regex_timestamp"};
+  structured::Grammar* grammars[] = {&*g20, &*g50, &*gbnf, &*regex};
+  constexpr int kGrammars = 4;
+  for (int gi = 0; gi < kGrammars; ++gi) {
     structured::CompiledGrammar compiled(*grammars[gi], index);
     Rng rng;
     std::vector<double> first, cached;
@@ -140,7 +164,7 @@ int main(int argc, char** argv) {
     std::printf("\"%s\": {\"tokens\": %lld, \"replies_complete\": %lld, \"first_sight_masks\": %zu, \"first_sight_us_p50\": %.1f, "
                 "\"first_sight_us_p90\": %.1f, \"cached_masks\": %zu, \"cached_us_p50\": %.2f, \"mean_us_per_token\": %.1f}%s\n",
                 names[gi], (long long)tokens, (long long)complete, first.size(), pct(first, 0.5), pct(first, 0.9), cached.size(),
-                pct(cached, 0.5), tokens ? total / static_cast<double>(tokens) * 1e6 : 0.0, gi == 0 ? "," : "}");
+                pct(cached, 0.5), tokens ? total / static_cast<double>(tokens) * 1e6 : 0.0, gi + 1 < kGrammars ? "," : "}");
   }
   return 0;
 }

@@ -193,6 +193,11 @@ void text_seeds() {
   seed("openai_request", "completion-tokens", R"({"prompt": [[1, 2, 3], "text", [4]], "stream": true, "stream_options": {"include_usage": true}, "stop_token_ids": [2], "ignore_eos": true, "top_k": 5, "min_p": 0.1, "repetition_penalty": 1.1, "priority": -1, "cache_salt": "tenant"})");
   seed("openai_request", "chat", R"({"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": " there"}]}, {"role": "assistant", "content": null}, {"role": "developer", "content": "x"}], "max_completion_tokens": 5, "top_p": 0.9, "logprobs": true, "top_logprobs": 3, "response_format": {"type": "text"}})");
   seed("openai_request", "chat-stream", R"({"messages": [{"role": "user", "content": "\u00e9\ud83d\ude00"}], "stream": true, "n": 3, "stop": "END", "presence_penalty": 0, "best_of": 3, "chat_template": "chatml"})");
+  seed("openai_request", "constraints", R"({"prompt": "x", "structured_outputs": {"regex": "[a-z]{1,3}"}, "guided_choice": null, "grammar": null})");
+  // grammar: the first byte picks the parser (fuzz/grammar_fuzz.cpp).
+  seed("grammar", "gbnf", "groot ::= answer \", \" [0-9]{1,3} ws\nanswer ::= \"yes\" | \"no\" | ( [^\\x00-\\x1F\"]+ )?\nws ::= [ \\t\\n]*\n");
+  seed("grammar", "regex", "r^(?:[A-Z]{2,3}|\\d+)-(?<n>[a-z]*?)\\.\\u00e9[^\\s\\]]{0,4}$");
+  seed("grammar", "pattern", "p^[a-z]+(\\.[a-z]+)*@x\\.com$");
 }
 
 void block_record_seeds() {

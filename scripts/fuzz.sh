@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
     *) harnesses+=("$1"); shift ;;
   esac
 done
-all=(gguf llama2c safetensors hf_config hf_tokenizer tokenizer chat_template openai_request block_record)
+all=(gguf llama2c safetensors hf_config hf_tokenizer tokenizer chat_template openai_request block_record grammar)
 [ ${#harnesses[@]} -gt 0 ] || harnesses=("${all[@]}")
 
 if [ ! -f "$build/CMakeCache.txt" ]; then

@@ -4,7 +4,9 @@
 #include "model/text/prompt_tokens.h"
 #include "server/grammar_constraint.h"
 #include "server/http/auth.h"
+#include "structured/gbnf.h"
 #include "structured/json_schema.h"
+#include "structured/regex.h"
 #include "server/http/connection.h"
 #include "server/http_server.h"
 
@@ -53,22 +55,38 @@ Result<std::vector<int32_t>> HttpServer::text_prompt(const PromptInput& p) const
   return model::encode_prompt(engine_.tokenizer(), p.text);
 }
 
-// The grammar of a json_object / json_schema reply, compiled once per schema text and shared by
-// every request that sends it (with its mask cache); the vocabulary trie is built on first use.
+// The grammar of a constrained reply (ResponseFormat), compiled once per kind and text and
+// shared by every request that sends it (with its mask cache); the vocabulary trie is built on
+// first use. A compile error names the field the client used.
 Result<std::shared_ptr<structured::CompiledGrammar>> HttpServer::reply_grammar(const ApiRequest& api) {
   std::shared_ptr<const structured::TokenIndex> index = vocabulary_index();
-  const bool object = api.response_format == ResponseFormat::kJsonObject;
-  const std::string key = object ? std::string("json_object") : "json_schema " + api.reply_schema.dump();
+  std::string key;
+  switch (api.response_format) {
+    case ResponseFormat::kJsonObject: key = "json_object"; break;
+    case ResponseFormat::kJsonSchema: key = "json_schema " + api.reply_schema.dump(); break;
+    case ResponseFormat::kGrammar: key = "gbnf " + api.reply_constraint; break;
+    case ResponseFormat::kRegex: key = "regex " + api.reply_constraint; break;
+    case ResponseFormat::kChoice: key = "choice " + nlohmann::json(api.reply_choices).dump(); break;
+    case ResponseFormat::kText: return Status::invalid_argument("response_format: text is not a constraint");
+  }
   return grammars_.get(key, [&]() -> Result<std::shared_ptr<structured::CompiledGrammar>> {
-    structured::Grammar g;
-    if (object) {
-      g = structured::json_object_grammar();
-    } else {
-      auto compiled = structured::grammar_from_json_schema(api.reply_schema);
-      if (!compiled.is_ok()) return Status::invalid_argument("response_format: " + compiled.status().message());
-      g = std::move(compiled).value();
+    Result<structured::Grammar> g = structured::Grammar{};
+    switch (api.response_format) {
+      case ResponseFormat::kJsonObject: g = structured::json_object_grammar(); break;
+      case ResponseFormat::kJsonSchema: g = structured::grammar_from_json_schema(api.reply_schema); break;
+      case ResponseFormat::kGrammar: g = structured::grammar_from_gbnf(api.reply_constraint); break;
+      case ResponseFormat::kRegex: g = structured::grammar_from_regex(api.reply_constraint); break;
+      default: g = structured::choice_grammar(api.reply_choices);
     }
-    return std::make_shared<structured::CompiledGrammar>(std::move(g), index);
+    if (!g.is_ok()) {
+      std::string m = g.status().message();
+      for (const char* prefix : {"grammar: ", "regex: "}) {
+        if (m.starts_with(prefix)) m.erase(0, std::char_traits<char>::length(prefix));
+      }
+      const std::string param = api.reply_constraint_param.empty() ? "response_format" : api.reply_constraint_param;
+      return Status::invalid_argument(param + ": " + m);
+    }
+    return std::make_shared<structured::CompiledGrammar>(std::move(g).value(), index);
   });
 }
 
@@ -131,7 +149,10 @@ Result<std::vector<engine::CompletionRequest>> HttpServer::engine_requests(const
   std::shared_ptr<structured::CompiledGrammar> grammar;
   const bool forced_call = forces_tool_call(api);
   if (api.response_format != ResponseFormat::kText) {
-    if (forced_call) return Status::invalid_argument("response_format: a forced tool call (tool_choice) already constrains the reply");
+    if (forced_call) {
+      const std::string param = api.reply_constraint_param.empty() ? "response_format" : api.reply_constraint_param;
+      return Status::invalid_argument(param + ": a forced tool call (tool_choice) already constrains the reply");
+    }
     PAGODA_ASSIGN_OR_RETURN(grammar, reply_grammar(api));
   } else if (forced_call) {
     PAGODA_ASSIGN_OR_RETURN(grammar, call_grammar(api));

@@ -178,21 +178,72 @@ void read_logit_bias(FieldReader& r, const RequestLimits& limits, ApiRequest& re
   }
 }
 
+// The other constraint fields (ResponseFormat): a GBNF grammar, a regex, or choices. Limits:
+// 64 KiB of grammar or pattern text, 1,024 choices.
+void read_constraint_fields(FieldReader& r, ApiRequest& req) {
+  constexpr size_t kMaxText = 64 << 10, kMaxChoices = 1024;
+  std::string given;  // the first constraint field seen (two are an error)
+  const auto text = [&](const std::string& param, const json& v, ResponseFormat kind) {
+    if (!given.empty()) return r.fail(param, "a reply takes one constraint; " + given + " is given too");
+    given = param;
+    if (!v.is_string() || v.get_ref<const std::string&>().empty()) return r.fail(param, "must be a non-empty string");
+    if (v.get_ref<const std::string&>().size() > kMaxText) return r.fail(param, "is longer than 64 KiB");
+    req.response_format = kind;
+    req.reply_constraint = v.get<std::string>();
+    req.reply_constraint_param = param;
+  };
+  const auto choices = [&](const std::string& param, const json& v) {
+    if (!given.empty()) return r.fail(param, "a reply takes one constraint; " + given + " is given too");
+    given = param;
+    if (!v.is_array() || v.empty() || v.size() > kMaxChoices) return r.fail(param, "must be a list of 1 to 1,024 strings");
+    for (const json& c : v) {
+      if (!c.is_string()) return r.fail(param, "must be a list of strings");
+      req.reply_choices.push_back(c.get<std::string>());
+    }
+    req.response_format = ResponseFormat::kChoice;
+    req.reply_constraint_param = param;
+  };
+  if (const json* v = r.get("grammar")) text("grammar", *v, ResponseFormat::kGrammar);
+  if (const json* v = r.get("guided_grammar")) text("guided_grammar", *v, ResponseFormat::kGrammar);
+  if (const json* v = r.get("guided_regex")) text("guided_regex", *v, ResponseFormat::kRegex);
+  if (const json* v = r.get("guided_choice")) choices("guided_choice", *v);
+  if (const json* so = r.get("structured_outputs")) {
+    if (!so->is_object()) return r.fail("structured_outputs", "must be an object");
+    for (auto it = so->begin(); it != so->end() && r.ok(); ++it) {
+      const std::string param = "structured_outputs." + it.key();
+      if (it->is_null() || it.key() == "disable_any_whitespace" || it.key() == "disable_additional_properties") continue;
+      if (it.key() == "grammar") {
+        text(param, *it, ResponseFormat::kGrammar);
+      } else if (it.key() == "regex") {
+        text(param, *it, ResponseFormat::kRegex);
+      } else if (it.key() == "choice") {
+        choices(param, *it);
+      } else {
+        r.fail(param, "is not supported here (grammar, regex or choice; JSON goes in response_format)");
+      }
+    }
+  }
+}
+
 // response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name",
 // "schema", "strict"}}. The schema is kept in the client's key order (reply_schema): properties
 // are generated in that order.
 void read_response_format(FieldReader& r, ApiRequest& req) {
-  // Other engines' constraint fields would be ignored as unknown: refused instead.
-  for (const char* other : {"grammar", "json_schema", "guided_json", "guided_regex", "guided_grammar", "guided_choice"}) {
+  // Other engines' JSON fields would be ignored as unknown: refused instead.
+  for (const char* other : {"json_schema", "guided_json"}) {
     if (r.get(other) != nullptr) {
       return r.fail(other, "is not supported: constrain replies with response_format (json_object or json_schema)");
     }
   }
+  read_constraint_fields(r, req);
+  if (!r.ok()) return;
+  const bool constrained = req.response_format != ResponseFormat::kText;
   const json* format = r.get("response_format");
   if (format == nullptr) return;
   const json* type = format->is_object() && format->contains("type") ? &(*format)["type"] : nullptr;
   const std::string t = type != nullptr && type->is_string() ? type->get<std::string>() : "";
   if (t == "text") return;
+  if (constrained) return r.fail("response_format", "a reply takes one constraint; a grammar, regex or choice is given too");
   if (t == "json_object") {
     req.response_format = ResponseFormat::kJsonObject;
     return;

@@ -44,9 +44,13 @@ struct PromptInput {
   std::vector<int32_t> tokens;
 };
 
-// response_format: text (free), json_object (any JSON object), json_schema (reply_schema);
-// the last two are enforced by constrained decoding (structured/, server/grammar_constraint.h).
-enum class ResponseFormat { kText, kJsonObject, kJsonSchema };
+// How a reply is constrained: text (free), json_object (any JSON object), json_schema
+// (reply_schema) from response_format; a GBNF grammar (`grammar`, `guided_grammar`,
+// `structured_outputs.grammar`), a regular expression the whole reply matches (`guided_regex`,
+// `structured_outputs.regex`) or one of a list of texts (`guided_choice`,
+// `structured_outputs.choice`), in reply_constraint / reply_choices. All but text are enforced
+// by constrained decoding (structured/, server/grammar_constraint.h); one per request.
+enum class ResponseFormat { kText, kJsonObject, kJsonSchema, kGrammar, kRegex, kChoice };
 
 // tool_choice: auto (the model decides), none (no calls parsed; tools still listed in the
 // prompt, as OpenAI), required (a call is forced), a named function (that call is forced).
@@ -65,6 +69,9 @@ struct ApiRequest {
   std::string reasoning_effort;         // "" when not given (no template here takes one)
   ResponseFormat response_format = ResponseFormat::kText;
   nlohmann::ordered_json reply_schema;  // kJsonSchema: the schema, in the client's key order
+  std::string reply_constraint;         // kGrammar: GBNF text; kRegex: the pattern
+  std::vector<std::string> reply_choices;  // kChoice: the texts a reply may be
+  std::string reply_constraint_param;   // kGrammar, kRegex, kChoice: the field that gave it
   int64_t max_tokens = 16;              // per choice
   bool max_tokens_given = false;
   engine::SamplingParams sampling;      // OpenAI defaults; seed valid when has_seed

@@ -15,6 +15,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/status.h"
+#include "structured/code_points.h"
+
 namespace pagoda::structured {
 
 using ByteSet = std::bitset<256>;
@@ -54,9 +57,23 @@ class GrammarBuilder {
   // item repeated between lo and hi times (hi < 0: no upper bound), items separated by `sep`
   // (sep < 0: no separator).
   int32_t repeat(const Element& item, int64_t lo, int64_t hi, int32_t sep, std::string name = "repeat");
+  // One character of a normalized set: a byte set when every code point is ASCII, else a rule
+  // with one alternative per UTF-8 byte sequence (code_points.h). An empty set matches nothing.
+  Element chars(const CodePointSet& set, std::string name = "chars");
 
  private:
   Grammar& g_;
 };
+
+// Exactly one of `choices` (each as its bytes; "" is the empty reply).
+Grammar choice_grammar(const std::vector<std::string>& choices);
+
+// Whether the matcher can run g: every reference names a rule, the root exists, no rule can
+// reach itself without reading a byte (left recursion, or a repetition of something that can
+// be empty: the matcher would expand it forever), and expanding references before the next byte
+// never nests deeper than kMaxExpansion. The error names the rule. Grammars from users (GBNF)
+// are checked before they are used; the builders here never make such grammars.
+inline constexpr int64_t kMaxExpansion = 256;
+Status check_grammar(const Grammar& g);
 
 }  // namespace pagoda::structured

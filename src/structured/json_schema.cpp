@@ -4,9 +4,43 @@
 #include <map>
 #include <set>
 
+#include "structured/regex.h"
+
 namespace pagoda::structured {
 
 namespace {
+
+// A pattern searched for (JSON Schema's reading) as one matched whole: each unanchored side
+// gets [\s\S]*. Anchors with a top-level '|' (^a|b$ anchors each alternative) are refused.
+Result<std::string> pattern_as_full_match(const std::string& p) {
+  const bool starts = !p.empty() && p.front() == '^';
+  size_t backslashes = 0;  // before a final '$': an odd count escapes it
+  for (size_t i = p.size() - (p.empty() ? 0 : 1); i-- > 0 && p[i] == '\\';) ++backslashes;
+  const bool ends = !p.empty() && p.back() == '$' && backslashes % 2 == 0 && !(starts && p.size() == 1);
+  const std::string middle = p.substr(starts ? 1 : 0, p.size() - (starts ? 1 : 0) - (ends ? 1 : 0));
+  if (starts || ends) {
+    int depth = 0;
+    bool in_class = false;
+    for (size_t i = 0; i < middle.size(); ++i) {
+      const char c = middle[i];
+      if (c == '\\') {
+        ++i;
+      } else if (in_class) {
+        in_class = c != ']';
+      } else if (c == '[') {
+        in_class = true;
+      } else if (c == '(') {
+        ++depth;
+      } else if (c == ')') {
+        --depth;
+      } else if (c == '|' && depth == 0) {
+        return Status::invalid_argument("anchors around a top-level '|' anchor one alternative each; group them: "
+                                        "^(a|b)$");
+      }
+    }
+  }
+  return std::string(starts ? "" : "[\\s\\S]*") + "(?:" + middle + ")" + (ends ? "" : "[\\s\\S]*");
+}
 
 using ojson = nlohmann::ordered_json;
 
@@ -77,6 +111,21 @@ class Compiler {
     return b_.rule("string", {{lit("\""), ref(body), lit("\"")}});
   }
 
+  // A string whose text matches `pattern` as JSON Schema reads it: somewhere in the string
+  // (a search), so an unanchored side may have any text; ^ and $ anchor it. The string's
+  // characters are those JSON writes without escapes (no '"', '\\' or controls).
+  Result<int32_t> pattern_rule(const std::string& pattern, const std::string& where) {
+    Result<std::string> full = pattern_as_full_match(pattern);
+    if (!full.is_ok()) return Status::invalid_argument("pattern at " + where + ": " + full.status().message());
+    CodePointSet escaped;  // what JSON writes escaped: controls, '"', '\\'
+    escaped.add(0, 0x1F), escaped.add('"', '"'), escaped.add('\\', '\\');
+    escaped.normalize();
+    const CodePointSet allowed = escaped.complement();
+    Result<int32_t> body = add_regex_rules(g_, *full, &allowed);
+    if (!body.is_ok()) return Status::invalid_argument("pattern at " + where + ": " + body.status().message());
+    return b_.rule("pattern", {{lit("\""), ref(*body), lit("\"")}});
+  }
+
   // JSON numbers with at most 16 integer digits, 16 fraction digits and 2 exponent digits, so
   // a reply cannot run on digit by digit, nor overflow a double (every grammar built here is finite but for nesting).
   int32_t number_rule(bool integer) {
@@ -131,7 +180,7 @@ class Compiler {
       }
     }
     static const std::set<std::string> kHandled = {"type", "properties", "required", "items", "minItems", "maxItems",
-                                                   "minLength", "maxLength", "additionalProperties"};
+                                                   "minLength", "maxLength", "additionalProperties", "pattern"};
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (kHandled.count(it.key()) == 0 && kAnnotations.count(it.key()) == 0) return unsupported(where, it.key());
     }
@@ -175,6 +224,14 @@ class Compiler {
       PAGODA_ASSIGN_OR_RETURN(const int64_t lo, bound(s, "minLength", 0, where));
       PAGODA_ASSIGN_OR_RETURN(const int64_t hi, bound(s, "maxLength", -1, where));
       if (hi >= 0 && hi < lo) return Status::invalid_argument("maxLength < minLength at " + where);
+      if (auto p = s.find("pattern"); p != s.end()) {
+        if (!p->is_string()) return Status::invalid_argument("pattern at " + where + " must be a string");
+        if (s.contains("minLength") || s.contains("maxLength")) {
+          return Status::invalid_argument("pattern with minLength or maxLength at " + where +
+                                          " is not supported: put the length in the pattern ({m,n})");
+        }
+        return pattern_rule(p->get<std::string>(), where);
+      }
       return string_rule(lo, hi);
     }
     if (type == "number") return number_rule(false);

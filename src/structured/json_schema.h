@@ -4,12 +4,14 @@
 // Supported: type (one or a list) object / array / string / number / integer / boolean /
 // null; properties with required (properties are written in the schema's order; optional ones
 // may be left out; no other property is ever generated, as OpenAI's strict mode requires);
-// items with minItems / maxItems; minLength / maxLength; enum and const (any JSON values);
+// items with minItems / maxItems; minLength / maxLength; pattern (regex.h's syntax, read as
+// JSON Schema reads it: found anywhere in the string unless anchored with ^ / $; the string's
+// characters are then those JSON writes unescaped); enum and const (any JSON values);
 // anyOf and oneOf (as alternatives: oneOf's exclusivity is not checked); an object without
 // properties is any object, or only {} with additionalProperties: false; $ref to "#/$defs/..."
 // or "#/definitions/..." (recursion allowed); an empty schema (any value). Annotations (title,
 // description, default, examples, $schema, $id, $comment, strict, and additionalProperties:
-// false) are ignored. Anything else (pattern, format, minimum, prefixItems, ...) is an error
+// false) are ignored. Anything else (format, minimum, prefixItems, ...) is an error
 // naming the keyword and where it is, never silently dropped. Schemas nested more than 32
 // levels deep are refused.
 //

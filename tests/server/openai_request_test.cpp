@@ -170,8 +170,26 @@ TEST(OpenAiRequest, ResponseFormatsKeepTheSchemaOrder) {
   const ApiRequest text = completion(R"({"prompt": "a", "response_format": {"type": "text"}})");
   EXPECT_EQ(text.response_format, ResponseFormat::kText);
   EXPECT_EQ(completion(R"({"prompt": "a", "response_format": {"type": "json_object"}})").response_format, ResponseFormat::kJsonObject);
-  EXPECT_EQ(bad_param(R"({"prompt": "a", "grammar": "root ::= \"a\""})"), "grammar");
   EXPECT_EQ(bad_param(R"({"prompt": "a", "guided_json": {}})"), "guided_json");
+  // GBNF, regex and choice constraints (compiled by the handler; here only read).
+  const ApiRequest g = completion(R"({"prompt": "a", "grammar": "root ::= \"a\""})");
+  EXPECT_EQ(g.response_format, ResponseFormat::kGrammar);
+  EXPECT_EQ(g.reply_constraint, "root ::= \"a\"");
+  EXPECT_EQ(g.reply_constraint_param, "grammar");
+  const ApiRequest re = chat(R"({"messages": [{"role": "user", "content": "x"}], "structured_outputs": {"regex": "a+"}})");
+  EXPECT_EQ(re.response_format, ResponseFormat::kRegex);
+  EXPECT_EQ(re.reply_constraint_param, "structured_outputs.regex");
+  const ApiRequest ch = completion(R"({"prompt": "a", "guided_choice": ["x", "", "y z"]})");
+  EXPECT_EQ(ch.response_format, ResponseFormat::kChoice);
+  EXPECT_EQ(ch.reply_choices, (std::vector<std::string>{"x", "", "y z"}));
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "grammar": ""})"), "grammar");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "guided_regex": ["a"]})"), "guided_regex");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "guided_choice": [1]})"), "guided_choice");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "grammar": "root ::= \"a\"", "guided_choice": ["a"]})"), "guided_choice");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "structured_outputs": "a+"})"), "structured_outputs");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "structured_outputs": {"json": {}}})"), "structured_outputs.json");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "guided_regex": "a", "response_format": {"type": "json_object"}})"), "response_format");
+  EXPECT_EQ(bad_param(R"({"prompt": "a", "grammar": ")" + std::string(70000, 'x') + R"("})"), "grammar");
 }
 
 TEST(OpenAiRequest, PenaltiesAndLogitBias) {

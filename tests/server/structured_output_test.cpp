@@ -1,7 +1,11 @@
 // Structured outputs on the real engine (stories260K, which knows no JSON): with response_format
 // json_schema or json_object, every one of n = 8 choices sampled at temperature 1 is JSON that
 // validates against its schema (the independent reference of tests/structured/), whole and
-// streamed, in batched steps beside unconstrained requests; unsupported schemas are 400s.
+// streamed, in batched steps beside unconstrained requests; unsupported schemas are 400s. GBNF
+// grammars, regular expressions and choices constrain every sample the same way on both
+// endpoints (checked against std::regex), and bad ones are 400s naming the field.
+#include <regex>
+#include <set>
 #include <thread>
 
 #include "real_server.h"
@@ -10,6 +14,7 @@
 #include "server/grammar_constraint.h"
 #include "structured/json_reference.h"
 #include "structured/json_schema.h"
+#include "structured/gbnf.h"
 #include "structured/matcher.h"
 
 namespace pagoda::testing {
@@ -111,10 +116,10 @@ TEST_F(StructuredOutputTest, JsonObjectStreamedAndBesideUnconstrainedRequests) {
 
 TEST_F(StructuredOutputTest, UnsupportedSchemasAreClearErrors) {
   auto r = client_->Post("/v1/chat/completions",
-                         chat_body(schema_format(R"({"type": "string", "pattern": "a+"})"), 1, 1), "application/json");
+                         chat_body(schema_format(R"({"type": "string", "format": "date"})"), 1, 1), "application/json");
   ASSERT_EQ(r->status, 400) << r->body;
   EXPECT_EQ(json::parse(r->body)["error"]["param"], "response_format");
-  EXPECT_NE(r->body.find("pattern"), std::string::npos);
+  EXPECT_NE(r->body.find("format"), std::string::npos);
   auto bad = post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}},
                                            {"response_format", {{"type", "json_schema"}}}});
   EXPECT_EQ(bad->status, 400);
@@ -177,6 +182,92 @@ TEST_F(StructuredOutputTest, ForcedToolCallsAreCallsWithValidArguments) {
       }
     }
   }
+  expect_idle_and_intact();
+}
+
+// Every one of n = 8 samples at temperature 1 matches: a GBNF grammar on /v1/completions, a
+// regex on chat (vLLM's field), choices (structured_outputs), streamed; checked by std::regex,
+// not by the code under test.
+TEST_F(StructuredOutputTest, GrammarRegexAndChoiceConstrainEverySample) {
+  struct Case {
+    const char* path;
+    json constraint;
+    const char* reference;  // std::regex (ECMAScript) of the same language
+    bool stream;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/completions", {{"grammar", "root ::= answer \", \" num \" \" word\nanswer ::= \"yes\" | \"no\"\n"
+                                       "num ::= [0-9]{1,3}\nword ::= [a-z]{1,8}"}},
+       "(yes|no), [0-9]{1,3} [a-z]{1,8}", false},
+      {"/v1/chat/completions", {{"guided_regex", "\\d{3}-[A-Z]{2}( [a-z]{1,10}){0,2}"}}, "\\d{3}-[A-Z]{2}( [a-z]{1,10}){0,2}", false},
+      {"/v1/chat/completions", {{"structured_outputs", {{"choice", {"red", "green", "dark blue"}}}}}, "red|green|dark blue", true},
+      {"/v1/completions", {{"structured_outputs", {{"regex", "(Tom|Sue) (ran|sat)\\."}}}}, "(Tom|Sue) (ran|sat)\\.", true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.constraint.dump());
+    json body = {{"max_tokens", 60}, {"temperature", 1.0}, {"n", 8}, {"seed", 3}, {"stream", c.stream}};
+    if (std::string(c.path) == "/v1/completions") {
+      body["prompt"] = "Once upon a time";
+    } else {
+      body["messages"] = {{{"role", "user"}, {"content", "Tell me about Tom."}}};
+    }
+    body.update(c.constraint);
+    auto r = post(c.path, body);
+    ASSERT_EQ(r->status, 200) << r->body;
+    std::vector<std::string> texts(8), finish(8);
+    const auto take = [&](const json& choice) {
+      const size_t i = choice["index"];
+      const json& part = choice.contains("delta") ? choice["delta"] : choice.contains("message") ? choice["message"] : choice;
+      const char* field = choice.contains("text") ? "text" : "content";
+      if (part.contains(field) && part[field].is_string()) texts[i] += part[field].get<std::string>();
+      if (choice["finish_reason"].is_string()) finish[i] = choice["finish_reason"];
+    };
+    if (c.stream) {
+      size_t pos = 0;
+      while ((pos = r->body.find("data: {", pos)) != std::string::npos) {
+        const size_t end = r->body.find("\n\n", pos);
+        const json chunk = json::parse(r->body.substr(pos + 6, end - pos - 6));
+        for (const json& choice : chunk["choices"]) take(choice);
+        pos = end;
+      }
+    } else {
+      const json whole = json::parse(r->body);
+      for (const json& choice : whole["choices"]) take(choice);
+    }
+    const std::regex reference(c.reference, std::regex::ECMAScript);
+    std::set<std::string> distinct;
+    for (size_t i = 0; i < 8; ++i) {
+      EXPECT_EQ(finish[i], "stop") << texts[i];
+      EXPECT_TRUE(std::regex_match(texts[i], reference)) << "\"" << texts[i] << "\"";
+      distinct.insert(texts[i]);
+    }
+    EXPECT_GT(distinct.size(), 1u);  // sampled, not one forced answer
+  }
+  expect_idle_and_intact();
+}
+
+TEST_F(StructuredOutputTest, BadGrammarsAndRegexesAreClearErrors) {
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"max_tokens", 4}};
+  const auto expect_400 = [&](const json& extra, const std::string& param, const std::string& words) {
+    json body = chat;
+    body.update(extra);
+    auto r = post("/v1/chat/completions", body);
+    ASSERT_EQ(r->status, 400) << extra.dump() << " " << r->body;
+    const json e = json::parse(r->body)["error"];
+    EXPECT_EQ(e["param"], param) << r->body;
+    EXPECT_NE(e["message"].get<std::string>().find(words), std::string::npos) << r->body;
+  };
+  expect_400({{"grammar", "root ::= \"a"}}, "grammar", "line 1, column 10: unterminated string");
+  expect_400({{"grammar", "root ::= root \"a\""}}, "grammar", "can reach itself");
+  expect_400({{"guided_grammar", "start ::= \"a\""}}, "guided_grammar", "no rule named root");
+  expect_400({{"guided_regex", "(a)\\1"}}, "guided_regex", "backreferences");
+  expect_400({{"structured_outputs", {{"regex", "a(?=b)"}}}}, "structured_outputs.regex", "lookaround");
+  expect_400({{"grammar", 7}}, "grammar", "non-empty string");
+  expect_400({{"grammar", "root ::= \"a\""}, {"guided_regex", "a"}}, "guided_regex", "one constraint");
+  expect_400({{"grammar", "root ::= \"a\""}, {"response_format", {{"type", "json_object"}}}}, "response_format", "one constraint");
+  expect_400({{"structured_outputs", {{"json", {{"type", "object"}}}}}}, "structured_outputs.json", "response_format");
+  expect_400({{"guided_choice", json::array()}}, "guided_choice", "1 to 1,024");
+  expect_400({{"json_schema", {{"type", "object"}}}}, "json_schema", "response_format");
   expect_idle_and_intact();
 }
 

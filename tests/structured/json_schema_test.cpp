@@ -166,7 +166,7 @@ TEST(JsonSchemaGrammar, UnsupportedKeywordsAreNamed) {
     EXPECT_FALSE(g.is_ok()) << text;
     return g.is_ok() ? std::string() : g.status().message();
   };
-  EXPECT_NE(err(R"({"type": "string", "pattern": "^a+$"})").find("'pattern' at #"), std::string::npos);
+  EXPECT_NE(err(R"({"type": "string", "pattern": "(a)\\1"})").find("pattern at #: regex: backreferences"), std::string::npos);
   EXPECT_NE(err(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})").find("'format' at #/properties/d"),
             std::string::npos);
   EXPECT_NE(err(R"({"type": "integer", "minimum": 3})").find("minimum"), std::string::npos);
