@@ -4,15 +4,10 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <queue>
 #include <unordered_map>
 
-#include "core/clock.h"
-#include "core/log.h"
-#include "engine/scheduler.h"
-#include "engine/step_cost.h"
-#include "kvcache/block_manager.h"
-#include "kvcache/block_pool.h"
-#include "kvcache/tier_stack.h"
+#include "sim/cluster_instance.h"
 #include "sim/shared_pool.h"
 
 namespace pagoda::sim {
@@ -25,86 +20,9 @@ double StepCostProfile::step_seconds(int64_t prefill_tokens, int64_t decoding) c
 
 namespace {
 
-constexpr double kNever = std::numeric_limits<double>::infinity();
-
-struct Request {
-  double arrival_s = 0;
-  int64_t prompt = 0;
-  int64_t outputs = 1;            // tokens to generate (>= 1)
-  int64_t blocks = 0;             // ceil((prompt + outputs) / block_size): the router's active blocks
-  int64_t pending_prefill = 0;    // the router's: prompt tokens not cached at the chosen instance
-  int instance = -1;
-  engine::SchedSeqId id = -1;
-  int64_t generated = 0;
-  double first_token_s = -1, last_token_s = 0, tbt_sum_s = 0;
-  bool hit_recorded = false;
-  bool done = false;
-};
-
-struct Instance {
-  // global: the shared pool's client for this instance (nullptr: local cache only).
-  Instance(kvcache::BlockPool p, kvcache::EvictionPolicyKind eviction, engine::SchedulerOptions o,
-           std::unique_ptr<kvcache::Tier> global, const Clock& clock, const Logger& logger, const StepCostProfile& cost)
-      : step_cost(1e9 / cost.decode_tps, 1e9 / cost.prefill_tps),  // a decode step's time; per token, prefill's
-        pool(std::move(p)),
-        bm(pool, kvcache::BlockManagerOptions{eviction}),
-        stack(global != nullptr ? std::make_unique<kvcache::TierStack>(pool, kvcache::OffloadMode::kWriteBack, clock, logger)
-                                : nullptr),
-        sched(bm, with_tiers(o, stack.get(), &step_cost)) {
-    if (stack != nullptr) {
-      stack->add_tier(std::move(global), /*write_through=*/true);
-      bm.add_listener(stack.get());
-    }
-  }
-  ~Instance() {
-    if (stack != nullptr) bm.remove_listener(stack.get());  // before the scheduler frees its sequences
-  }
-  static engine::SchedulerOptions with_tiers(engine::SchedulerOptions o, kvcache::TierStack* tiers,
-                                             const engine::StepCostModel* cost) {
-    o.tiers = tiers;
-    if (o.step_budget_ns > 0) o.step_cost = cost;
-    return o;
-  }
-  engine::StepCostModel step_cost;  // fed with every simulated step, as the serving loop feeds it
-  kvcache::BlockPool pool;
-  kvcache::BlockManager bm;
-  std::unique_ptr<kvcache::TierStack> stack;
-  engine::Scheduler sched;
-  std::unordered_map<engine::SchedSeqId, int64_t> request_of;  // scheduler id -> request index
-  std::vector<engine::ScheduledSeq> step;  // the step in flight
-  bool busy = false;
-  double busy_until = kNever;
-  router::WorkerLoad load;                 // the router's bookkeeping (available, overlap set per pick)
-  InstanceReplayStats stats;
-  std::vector<int64_t> slots;
-  std::vector<kvcache::BlockCopy> copies;
-};
-
-Percentiles percentiles(std::vector<double>& xs) {
-  Percentiles p;
-  if (xs.empty()) return p;
-  std::sort(xs.begin(), xs.end());
-  auto at = [&](double q) {  // nearest rank
-    const size_t k = static_cast<size_t>(std::ceil(q * static_cast<double>(xs.size())));
-    return xs[std::min(xs.size() - 1, k > 0 ? k - 1 : 0)];
-  };
-  p.p50 = at(0.50);
-  p.p90 = at(0.90);
-  p.p99 = at(0.99);
-  double sum = 0;
-  for (double x : xs) sum += x;
-  p.mean = sum / static_cast<double>(xs.size());
-  return p;
-}
-
-// splitmix64's finalizer (trace.cpp's): a generated token of request r, position k.
-int32_t generated_token(int64_t r, int64_t k, int32_t vocab) {
-  uint64_t x = (static_cast<uint64_t>(r) << 24) ^ static_cast<uint64_t>(k) ^ 0x5DEECE66Dull;
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return static_cast<int32_t>((x ^ (x >> 31)) % static_cast<uint64_t>(vocab));
-}
+using detail::Instance;
+using detail::kNever;
+using detail::Request;
 
 class Cluster {
  public:
@@ -125,7 +43,9 @@ class Cluster {
     if (global) {
       PAGODA_ASSIGN_OR_RETURN(shared_, SharedPool::create(layout, o_.global_pool_tokens / o_.block_size, o_.eviction, clock_));
     }
-    for (int i = 0; i < o_.instances; ++i) {
+    pd_ = o_.prefill_instances > 0;
+    const int n_instances = pd_ ? o_.prefill_instances + o_.decode_instances : o_.instances;
+    for (int i = 0; i < n_instances; ++i) {
       const int64_t blocks = o_.capacity_tokens / o_.block_size;
       PAGODA_ASSIGN_OR_RETURN(kvcache::BlockPool pool, global ? kvcache::BlockPool::create(layout, blocks)
                                                               : kvcache::BlockPool::create_without_memory(layout, blocks));
@@ -133,7 +53,8 @@ class Cluster {
                                                       global ? shared_->client() : nullptr, clock_, quiet_, o_.cost));
     }
     requests_.resize(trace_.size());
-    res_.per_instance.resize(static_cast<size_t>(o_.instances));
+    res_.per_instance.resize(static_cast<size_t>(n_instances));
+    for (int i = pd_ ? o_.prefill_instances : n_instances; i < n_instances; ++i) instances_[static_cast<size_t>(i)]->stats.decode = true;
     size_t next = 0;
     while (true) {
       const double t_arrival = next < trace_.size() ? trace_[next].timestamp_ms * 1e-3 * o_.time_scale : kNever;
@@ -142,8 +63,17 @@ class Cluster {
         if (inst->busy && (first == nullptr || inst->busy_until < first->busy_until)) first = inst.get();
       }
       const double t_step = first != nullptr ? first->busy_until : kNever;
-      if (t_arrival == kNever && t_step == kNever) break;
-      if (t_arrival <= t_step) {
+      const double t_transfer = transfers_.empty() ? kNever : transfers_.top().first;
+      if (t_arrival == kNever && t_step == kNever && t_transfer == kNever) break;
+      if (t_transfer <= t_arrival && t_transfer <= t_step) {
+        now_ = t_transfer;
+        const int64_t r = transfers_.top().second;
+        transfers_.pop();
+        Instance& d = *instances_[static_cast<size_t>(requests_[static_cast<size_t>(r)].instance)];
+        d.arrived.push_back(r);
+        adopt_arrived(d);
+        if (!d.busy) start_step(d);
+      } else if (t_arrival <= t_step) {
         now_ = t_arrival;
         arrive(static_cast<int64_t>(next++));
       } else {
@@ -169,7 +99,9 @@ class Cluster {
     synthesize_prompt(t, o_.trace, tokens);
     // The router's view of every instance, then its policy's pick.
     std::vector<router::WorkerLoad> loads;
-    for (auto& inst : instances_) {
+    const size_t candidates = pd_ ? static_cast<size_t>(o_.prefill_instances) : instances_.size();
+    for (size_t i = 0; i < candidates; ++i) {
+      const auto& inst = instances_[i];
       router::WorkerLoad w = inst->load;
       w.available = true;
       w.overlap_blocks = inst->bm.plan(tokens, kvcache::KvNamespace{}).num_cached_tokens / o_.block_size;
@@ -188,18 +120,25 @@ class Cluster {
     inst.stats.prompt_tokens += q.prompt;
     engine::SeqKey key;
     key.arrival = static_cast<uint64_t>(r);
-    engine::SchedSequence& s = inst.sched.add(key, std::move(tokens), q.prompt + q.outputs, 1, kvcache::KvNamespace{});
+    // P/D: the prefill instance runs the prompt to its first token only.
+    const int64_t max_tokens = q.prompt + (pd_ ? 1 : q.outputs);
+    engine::SchedSequence& s = inst.sched.add(key, std::move(tokens), max_tokens, 1, kvcache::KvNamespace{});
     q.id = s.id;
     inst.request_of[s.id] = r;
     if (!inst.busy) start_step(inst);
   }
 
-  void end_request(Instance& inst, Request& q, bool finished) {
+  // The request leaves inst (its KV freed, committed blocks cached) and the router's books.
+  void leave(Instance& inst, Request& q) {
     inst.sched.remove(q.id);
     inst.request_of.erase(q.id);
     if (q.first_token_s < 0) inst.load.pending_prefill_tokens -= q.pending_prefill;
     inst.load.active_blocks -= q.blocks;
     --inst.load.in_flight;
+  }
+
+  void end_request(Instance& inst, Request& q, bool finished) {
+    leave(inst, q);
     q.done = true;
     if (finished) {
       ++res_.finished;
@@ -278,11 +217,79 @@ class Cluster {
       last_token_s_ = std::max(last_token_s_, now_);
       if (++q.generated >= q.outputs) {
         end_request(inst, q, /*finished=*/true);
+      } else if (pd_ && !inst.stats.decode) {
+        hand_off(inst, q, r);
       } else {
-        e.seq->tokens.push_back(generated_token(r, q.generated, o_.trace.vocab_size));
+        e.seq->tokens.push_back(detail::generated_token(r, q.generated, o_.trace.vocab_size));
       }
     }
     inst.step.clear();
+    if (!inst.arrived.empty()) adopt_arrived(inst);  // blocks freed: waiting transfers may fit now
+  }
+
+  // P/D: the prompt's KV leaves the prefill instance for the least-loaded decode instance; only
+  // what that instance's cache lacks moves.
+  void hand_off(Instance& prefill, Request& q, int64_t r) {
+    leave(prefill, q);
+    std::vector<router::WorkerLoad> loads;
+    for (size_t i = static_cast<size_t>(o_.prefill_instances); i < instances_.size(); ++i) {
+      router::WorkerLoad w = instances_[i]->load;
+      w.available = true;
+      loads.push_back(w);
+    }
+    const router::Choice choice = router::choose_worker(router::RoutingPolicy::kLeastLoad, loads,
+                                                        router::RequestCost{0, q.blocks, o_.block_size}, 0, rr_cursor_++);
+    CHECK(choice.worker >= 0) << "every decode instance is available";
+    q.instance = o_.prefill_instances + choice.worker;
+    Instance& d = *instances_[static_cast<size_t>(q.instance)];
+    std::vector<int32_t> prompt;
+    synthesize_prompt(trace_[static_cast<size_t>(r)], o_.trace, prompt);
+    const int64_t held = d.bm.plan(prompt, kvcache::KvNamespace{}).num_cached_tokens;
+    const int64_t bytes = (q.prompt - held) * o_.kv_bytes_per_token;
+    ++res_.transfers;
+    res_.transfer_bytes += bytes;
+    res_.decode_hit_tokens += held;
+    d.load.active_blocks += q.blocks;
+    ++d.load.in_flight;
+    ++d.stats.requests;
+    d.stats.prompt_tokens += q.prompt;
+    d.stats.hit_tokens += held;
+    transfers_.push({now_ + (o_.transfer_gbps > 0 ? static_cast<double>(bytes) / (o_.transfer_gbps * 1e9) : 0.0), r});
+  }
+
+  // P/D decode side: arrived prompts whose blocks fit become adopted KV of new sequences, in
+  // arrival order; the first that does not fit waits (refused if it could never fit).
+  void adopt_arrived(Instance& d) {
+    while (!d.arrived.empty()) {
+      const int64_t r = d.arrived.front();
+      Request& q = requests_[static_cast<size_t>(r)];
+      std::vector<int32_t> tokens;
+      synthesize_prompt(trace_[static_cast<size_t>(r)], o_.trace, tokens);
+      kvcache::PrefixMatch hit = d.bm.match_prefix(tokens, kvcache::KvNamespace{});
+      if (d.bm.plan(hit, q.prompt).num_new_blocks > d.bm.num_available_blocks()) {
+        if (!d.sched.empty()) return;  // running sequences will free blocks
+        d.arrived.erase(d.arrived.begin());
+        d.load.active_blocks -= q.blocks;
+        --d.load.in_flight;
+        q.done = true;
+        ++res_.rejected;
+        continue;
+      }
+      d.arrived.erase(d.arrived.begin());
+      const kvcache::SeqId seq = d.bm.add_sequence(q.prompt + q.outputs);
+      const int64_t have = hit.num_tokens();
+      if (!hit.empty()) d.bm.adopt(seq, std::move(hit));
+      d.slots.resize(static_cast<size_t>(q.prompt - have));
+      d.copies.clear();
+      CHECK(d.bm.append(seq, std::span<const int32_t>(tokens).subspan(static_cast<size_t>(have)), d.slots, d.copies));
+      d.bm.commit(seq);
+      tokens.push_back(detail::generated_token(r, q.generated, o_.trace.vocab_size));
+      engine::SeqKey key;
+      key.arrival = static_cast<uint64_t>(r);
+      engine::SchedSequence& s = d.sched.add(key, std::move(tokens), q.prompt + q.outputs, 1, kvcache::KvNamespace{}, {}, seq);
+      q.id = s.id;
+      d.request_of[s.id] = r;
+    }
   }
 
   Result<ClusterReplayResult> finish() {
@@ -298,8 +305,8 @@ class Cluster {
     }
     res_.slo_attainment = res_.finished > 0 ? static_cast<double>(met) / static_cast<double>(res_.finished) : 0;
     res_.hit_rate = res_.prompt_tokens > 0 ? static_cast<double>(res_.hit_tokens) / static_cast<double>(res_.prompt_tokens) : 0;
-    res_.ttft_s = percentiles(ttft_);
-    res_.tbt_s = percentiles(tbt_);
+    res_.ttft_s = detail::percentiles(ttft_);
+    res_.tbt_s = detail::percentiles(tbt_);
     const double first = trace_.empty() ? 0 : trace_.front().timestamp_ms * 1e-3 * o_.time_scale;
     res_.makespan_s = std::max(0.0, last_token_s_ - first);
     for (size_t i = 0; i < instances_.size(); ++i) res_.per_instance[i] = instances_[i]->stats;
@@ -318,12 +325,22 @@ class Cluster {
   double now_ = 0;
   double last_token_s_ = 0;
   uint64_t rr_cursor_ = 0;
+  bool pd_ = false;
+  // P/D transfers in flight: (arrival time at the decode instance, request), earliest first.
+  std::priority_queue<std::pair<double, int64_t>, std::vector<std::pair<double, int64_t>>, std::greater<>> transfers_;
 };
 
 }  // namespace
 
 Result<ClusterReplayResult> replay_cluster(const std::vector<TraceRequest>& trace, const ClusterReplayOptions& o) {
-  if (o.instances < 1 || o.instances > 100000) return Status::invalid_argument("instances must be in [1, 100000]");
+  if (o.prefill_instances > 0 || o.decode_instances > 0) {
+    if (o.prefill_instances < 1 || o.decode_instances < 1 || o.prefill_instances + o.decode_instances > 100000) {
+      return Status::invalid_argument("a P/D split needs 1 or more prefill and decode instances (at most 100000 in all)");
+    }
+    if (!(o.transfer_gbps >= 0) || !std::isfinite(o.transfer_gbps)) return Status::invalid_argument("transfer bandwidth must be >= 0");
+  } else if (o.instances < 1 || o.instances > 100000) {
+    return Status::invalid_argument("instances must be in [1, 100000]");
+  }
   if (o.block_size <= 0 || o.block_size > 4096) return Status::invalid_argument("block size must be in [1, 4096]");
   if (o.capacity_tokens < o.block_size) {
     return Status::invalid_argument("each instance needs a cache of at least one block (--capacity-tokens)");

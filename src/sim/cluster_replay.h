@@ -21,6 +21,19 @@
 // load adds loaded tokens x kv_bytes_per_token / global_pool_gbps to the step that admits it
 // (0: free).
 //
+// P/D split (prefill_instances P > 0, decode_instances D > 0; `instances` is then ignored):
+// requests are routed by the policy among the P prefill instances, which run each prompt to its
+// first token (TTFT ends there) and keep its blocks cached; a request with more tokens to
+// generate is then handed to the least-loaded decode instance (the router's least-load code
+// over the D decode instances). The decode instance matches its own prefix cache first, so only
+// the prompt tokens it lacks move: (prompt - decode-side hit) x kv_bytes_per_token bytes at
+// transfer_gbps (0: free). When they arrive the decode instance builds the sequence's KV
+// (BlockManager: adopt the hit, append and commit the rest) and its scheduler takes it as
+// adopted KV (Scheduler::add with adopt, as Pagoda's P/D decode side does), decoding the rest;
+// the first gap between tokens includes the transfer. A transfer whose blocks do not fit waits
+// on its decode instance until they do, and is refused if they cannot fit even with nothing
+// running there. Hit rate is the prefill side's.
+//
 // What the router knows (RequestCost, WorkerLoad): an instance's overlap is what its block
 // manager would match now (BlockManager::plan: the index a router builds from KV events, with
 // no event lag); its pending prefill tokens and active blocks are the router's own bookkeeping
@@ -71,7 +84,10 @@ struct ClusterReplayOptions {
   double tbt_slo_s = 0;
   int64_t global_pool_tokens = 0;  // 0: local caches only
   double global_pool_gbps = 0;     // load bandwidth from it (0: loads take no time)
-  int64_t kv_bytes_per_token = 0;  // of the model being simulated (for load times)
+  int64_t kv_bytes_per_token = 0;  // of the model being simulated (for load and transfer times)
+  int prefill_instances = 0;       // > 0 with decode_instances: a P/D split (see the top)
+  int decode_instances = 0;
+  double transfer_gbps = 0;        // P/D: prefill -> decode KV bandwidth (0: transfers take no time)
   TraceOptions trace;
 };
 
@@ -80,6 +96,7 @@ struct Percentiles {
 };
 
 struct InstanceReplayStats {
+  bool decode = false;             // P/D: a decode instance (else prefill, or colocated)
   int64_t requests = 0;
   int64_t prompt_tokens = 0;
   int64_t hit_tokens = 0;
@@ -99,6 +116,9 @@ struct ClusterReplayResult {
   Percentiles ttft_s, tbt_s;
   double slo_attainment = 0;       // of finished requests; 1 with no SLO given
   double makespan_s = 0;           // simulated: last token - first arrival
+  int64_t transfers = 0;           // P/D: requests handed to a decode instance
+  int64_t transfer_bytes = 0;      // P/D: KV bytes moved (prompt tokens the decode side lacked)
+  int64_t decode_hit_tokens = 0;   // P/D: prompt tokens the decode side already held (not moved)
   std::vector<InstanceReplayStats> per_instance;
 };
 

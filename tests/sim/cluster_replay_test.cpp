@@ -144,5 +144,92 @@ TEST(ClusterReplay, MooncakeSliceKvAwareRoutingBeatsRoundRobinAndIsDeterministic
   EXPECT_GT(kv->hit_tokens, rr->hit_tokens);
 }
 
+// P/D split, 1 prefill + 1 decode instance, 1 MB of KV a token over 1 GB/s (1 ms a token).
+//   A [1,2] (8 tokens, 3 outputs) at 0 s: prefill 8 ms -> first token 0.008; its 8 tokens move
+//     in 8 ms -> decode steps of 20 ms: tokens at 0.036 and 0.056.
+//   B [1,2,3] (12 tokens, 2 outputs) at 10 s: the prefill instance holds [1,2] (4 tokens, 4 ms,
+//     first token 10.004); so does the decode instance (A's adopted blocks): only 4 tokens move
+//     (4 ms), one decode step -> 10.028.
+TEST(ClusterReplay, PdSplitMovesOnlyWhatTheDecodeSideLacks) {
+  TraceOptions to;
+  to.block_tokens = 4;
+  auto t = parse_trace(line(0, 8, 3, "1, 2") + line(10000, 12, 2, "1, 2, 3"), to);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  ClusterReplayOptions o = small(router::RoutingPolicy::kKvAware);
+  o.prefill_instances = 1;
+  o.decode_instances = 1;
+  o.kv_bytes_per_token = 1000000;
+  o.transfer_gbps = 1;
+  auto r = replay_cluster(*t, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->finished, 2);
+  EXPECT_EQ(r->rejected, 0);
+  EXPECT_EQ(r->transfers, 2);
+  EXPECT_EQ(r->decode_hit_tokens, 8);
+  EXPECT_EQ(r->transfer_bytes, 12 * 1000000);
+  EXPECT_EQ(r->hit_tokens, 8);  // the prefill side's
+  ASSERT_EQ(r->per_instance.size(), 2u);
+  EXPECT_FALSE(r->per_instance[0].decode);
+  EXPECT_TRUE(r->per_instance[1].decode);
+  EXPECT_EQ(r->per_instance[0].requests, 2);
+  EXPECT_EQ(r->per_instance[1].requests, 2);
+  EXPECT_NEAR(r->ttft_s.p50, 0.004, 1e-12);
+  EXPECT_NEAR(r->ttft_s.p99, 0.008, 1e-12);
+  EXPECT_NEAR(r->tbt_s.p50, 0.024, 1e-9);  // gaps {0.020, 0.024, 0.028}
+  EXPECT_NEAR(r->tbt_s.p99, 0.028, 1e-9);
+  EXPECT_NEAR(r->makespan_s, 10.028, 1e-9);
+  // A free link: the first gap is one decode step.
+  o.transfer_gbps = 0;
+  auto free_link = replay_cluster(*t, o);
+  ASSERT_TRUE(free_link.is_ok());
+  EXPECT_NEAR(free_link->tbt_s.p99, 0.020, 1e-9);
+  // One output: nothing to hand off.
+  auto one = parse_trace(line(0, 8, 1, "1, 2"), to);
+  ASSERT_TRUE(one.is_ok());
+  auto r1 = replay_cluster(*one, o);
+  ASSERT_TRUE(r1.is_ok());
+  EXPECT_EQ(r1->transfers, 0);
+  EXPECT_EQ(r1->finished, 1);
+  o.decode_instances = 0;
+  EXPECT_FALSE(replay_cluster(*t, o).is_ok());
+}
+
+TEST(ClusterReplay, PdSplitOnAMooncakeSlice) {
+  const std::string path = testing::test_data_dir() + "/traces/mooncake-synthetic.jsonl";
+  ASSERT_TRUE(testing::file_exists(path)) << path << " is missing (PAGODA_TEST_DATA)";
+  TraceOptions to;
+  to.max_requests = 200;
+  auto t = read_trace(path, to);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  ClusterReplayOptions o;
+  o.prefill_instances = 3;
+  o.decode_instances = 2;
+  o.capacity_tokens = 1000000;
+  o.block_size = 512;
+  o.trace = to;
+  o.cost = StepCostProfile{20000, 40, 0.05};
+  o.kv_bytes_per_token = 1000;
+  o.transfer_gbps = 10;
+  auto r = replay_cluster(*t, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  auto again = replay_cluster(*t, o);
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(r->transfer_bytes, again->transfer_bytes);
+  EXPECT_EQ(r->tbt_s.p99, again->tbt_s.p99);
+  EXPECT_EQ(r->requests, 200);
+  EXPECT_EQ(r->finished + r->rejected, 200);
+  int64_t multi = 0, prompt_multi = 0;
+  for (const TraceRequest& q : *t) {
+    if (q.output_length > 1) ++multi, prompt_multi += q.input_length;
+  }
+  EXPECT_EQ(r->transfers, multi);
+  EXPECT_EQ(r->transfer_bytes, (prompt_multi - r->decode_hit_tokens) * 1000);
+  int64_t prefill_requests = 0, decode_requests = 0;
+  for (const InstanceReplayStats& i : r->per_instance) (i.decode ? decode_requests : prefill_requests) += i.requests;
+  EXPECT_EQ(prefill_requests, 200);
+  EXPECT_EQ(decode_requests, multi);
+  EXPECT_GT(r->hit_rate, 0.0);
+}
+
 }  // namespace
 }  // namespace pagoda::sim

@@ -2,6 +2,7 @@
 // Mooncake's synthetic trace, the sweep, and clear errors for bad input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -71,6 +72,30 @@ TEST(ReplayCli, ClusterModeComparesPolicies) {
   EXPECT_NE(bad.err.find("cluster mode needs --capacity-tokens"), std::string::npos) << bad.err;
 }
 
+TEST(ReplayCli, PdSplitReportsTransfers) {
+  ASSERT_TRUE(testing::file_exists(trace_path())) << trace_path() << " is missing (PAGODA_TEST_DATA)";
+  Output o = pagoda("replay --trace " + trace_path() + " --max-requests 80 --prefill 2 --decode 1 --capacity-tokens 8GiB "
+                    "--block-size 512 --model llama-3-70b --transfer-gbps 25 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  json j = json::parse(o.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.out;
+  EXPECT_EQ(j["mode"], "pd");
+  ASSERT_EQ(j["runs"][0]["instances"].size(), 3u);  // (one policy: also at the top level)
+  EXPECT_EQ(j["runs"][0]["instances"][0]["role"], "prefill");
+  EXPECT_EQ(j["runs"][0]["instances"][2]["role"], "decode");
+  EXPECT_GT(j["transfers"].get<int64_t>(), 0);
+  EXPECT_EQ(j["transfer_bytes"].get<int64_t>() % 327680, 0);
+  EXPECT_EQ(j["finished"].get<int64_t>() + j["rejected"].get<int64_t>(), 80);
+  Output table = pagoda("replay --trace " + trace_path() + " --max-requests 30 --prefill 1 --decode 1 --capacity-tokens 2M "
+                        "--block-size 512");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("1 prefill + 1 decode instances"), std::string::npos) << table.out;
+  Output bad = pagoda("replay --trace " + trace_path() + " --prefill 2 --capacity-tokens 1M");
+  EXPECT_NE(bad.err.find("needs both --prefill N and --decode M"), std::string::npos) << bad.err;
+  bad = pagoda("replay --trace " + trace_path() + " --prefill 1 --decode 1 --instances 2 --capacity-tokens 1M");
+  EXPECT_NE(bad.err.find("not both"), std::string::npos) << bad.err;
+}
+
 TEST(ReplayCli, BadInputGetsAClearError) {
   const std::string bad = temp_dir() + "/bad_trace.jsonl";
   std::ofstream(bad) << "{\"timestamp\": 0, \"input_length\": 600, \"hash_ids\": [1]}\n";
@@ -86,6 +111,61 @@ TEST(ReplayCli, BadInputGetsAClearError) {
   EXPECT_NE(o.err.find("unknown --eviction 'fifo'"), std::string::npos) << o.err;
   o = pagoda("replay --trace /nonexistent.jsonl");
   EXPECT_NE(o.err.find("cannot open trace /nonexistent.jsonl"), std::string::npos) << o.err;
+}
+
+// A KV geometry turns byte sizes into tokens with kvcalc's arithmetic: llama-3-70b's f16 KV is
+// 80 layers x 8 KV heads x 128 x (K + V) x 2 B = 327,680 B per token.
+TEST(ReplayCli, ModelGeometrySizesInBytes) {
+  ASSERT_TRUE(testing::file_exists(trace_path())) << trace_path() << " is missing (PAGODA_TEST_DATA)";
+  Output o = pagoda("replay --trace " + trace_path() + " --max-requests 100 --model llama-3-70b --capacity-tokens 16GiB "
+                    "--sweep-capacity 4GiB,1M --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  json j = json::parse(o.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.out;
+  EXPECT_EQ(j["kv_bytes_per_token"], 327680);
+  EXPECT_EQ(j["capacity_tokens"], (int64_t{16} << 30) / 327680);
+  EXPECT_EQ(j["capacity_bytes"], static_cast<double>((int64_t{16} << 30) / 327680 * 327680));
+  EXPECT_EQ(j["sweep"][0]["capacity_tokens"], (int64_t{4} << 30) / 327680);
+  EXPECT_EQ(j["sweep"][1]["capacity_tokens"], 1000000);
+  EXPECT_NE(j["geometry"].get<std::string>().find("llama-3-70b"), std::string::npos);
+  // fp8 (with its scales): kvcalc's bytes per token, so the same 16 GiB hold about twice the tokens.
+  Output calc = pagoda("kvcalc llama-3-70b --kv-dtype fp8-e4m3 --json");
+  ASSERT_EQ(calc.exit_code, 0) << calc.err;
+  const double fp8 = json::parse(calc.out)["rows"][0]["bytes_per_token"];
+  o = pagoda("replay --trace " + trace_path() + " --max-requests 20 --model llama-3-70b --kv-dtype fp8-e4m3 "
+             "--capacity-tokens 16GiB --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  j = json::parse(o.out);
+  EXPECT_EQ(j["kv_bytes_per_token"], fp8);
+  EXPECT_EQ(j["capacity_tokens"], static_cast<int64_t>(std::floor(static_cast<double>(int64_t{16} << 30) / fp8)));
+  EXPECT_GT(j["capacity_tokens"].get<int64_t>(), (int64_t{16} << 30) / 327680 * 19 / 10);
+  // A GGUF's own geometry, in the table too.
+  const std::string gguf = testing::test_data_dir() + "/models/stories260K/stories260K.gguf";
+  ASSERT_TRUE(testing::file_exists(gguf));
+  Output table = pagoda("replay --trace " + trace_path() + " --max-requests 20 --model " + gguf + " --capacity-tokens 1MiB");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("B/token"), std::string::npos) << table.out;
+  // Cluster mode reads the same sizes.
+  o = pagoda("replay --trace " + trace_path() + " --max-requests 40 --instances 2 --block-size 512 --model llama-3-70b "
+             "--capacity-tokens 64GiB --global-pool-tokens 1TiB --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  j = json::parse(o.out);
+  EXPECT_EQ(j["capacity_tokens"], (int64_t{64} << 30) / 327680);
+  EXPECT_EQ(j["kv_bytes_per_token"], 327680);
+  // Errors name what is wrong.
+  Output bad = pagoda("replay --trace " + trace_path() + " --capacity-tokens 16GiB");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("'16GiB' is bytes: give --model"), std::string::npos) << bad.err;
+  bad = pagoda("replay --trace " + trace_path() + " --model NoSuchModel");
+  EXPECT_NE(bad.err.find("neither a file nor a preset"), std::string::npos) << bad.err;
+  bad = pagoda("replay --trace " + trace_path() + " --model llama-3-70b --kv-dtype f12");
+  EXPECT_NE(bad.err.find("unknown --kv-dtype 'f12'"), std::string::npos) << bad.err;
+  bad = pagoda("replay --trace " + trace_path() + " --model llama-3-70b --kv-bytes-per-token 100");
+  EXPECT_NE(bad.err.find("not both"), std::string::npos) << bad.err;
+  bad = pagoda("replay --trace " + trace_path() + " --model llama-3-70b --capacity-tokens 1B");
+  EXPECT_NE(bad.err.find("less than one token"), std::string::npos) << bad.err;
+  bad = pagoda("replay --trace " + trace_path() + " --model llama-3-70b --capacity-tokens xGiB");
+  EXPECT_NE(bad.err.find("bad size 'xGiB'"), std::string::npos) << bad.err;
 }
 
 }  // namespace
