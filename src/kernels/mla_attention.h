@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include <vector>
+
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 
@@ -23,6 +25,45 @@ namespace pagoda::kernels {
 void mla_attention(const KvLayerView& layer, const float* q, const int32_t* positions, const SeqSpan* seqs,
                    int64_t n_seqs, const AttentionParams& params, int64_t v_dim, float* out, ThreadPool& pool,
                    AttentionScratch& scratch, Isa isa = detect_isa());
+
+// A prefill chunk of one sequence as GEMMs, flash-attention style. The latent rows are decoded
+// to f32 once per chunk of up to kMlaChunk positions; then for each (head, block of up to
+// kMlaRowBlock rows), on its own thread:
+//   S = scale * q[rows, h] . chunk^T           (sgemm [rows, L] x [L, n]; columns past the
+//                                               block's last position are skipped)
+//   online softmax: m, l per (row, head); out[rows, h] *= exp(m_old - m_new); P = exp(S - m)
+//   out[rows, h] += P . chunk[:, :v_dim]       (sgemm [rows, n] x [n, v_dim])
+// and finally out /= l. The output buffer is the accumulator (no per-head copies); the
+// arithmetic is the absorbed form's, so the result equals mla_attention's to float rounding,
+// at GEMM speed instead of one dot product per (row, head, position). For sequences with
+// kMlaGemmMinRows rows or more in the batch and no window (params.window == 0); contract
+// otherwise mla_attention's, for the rows of `seq`.
+inline constexpr int64_t kMlaChunk = 2048;
+inline constexpr int64_t kMlaRowBlock = 64;
+inline constexpr int64_t kMlaGemmMinRows = 16;
+
+class MlaGemmScratch {
+ public:
+  // Up to max_rows rows and n_head heads per call, latent rows of head_dim values, chunks of
+  // `chunk` positions (tests use small ones); sets OpenBLAS to one thread per call (the pool's
+  // threads call it side by side, as Matmul does).
+  MlaGemmScratch(int threads, int64_t max_rows, int64_t n_head, int64_t head_dim, int64_t chunk = kMlaChunk);
+  int64_t max_rows() const { return max_rows_; }
+
+ private:
+  friend void mla_attention_gemm(const KvLayerView&, const float*, const int32_t*, const SeqSpan&,
+                                 const AttentionParams&, int64_t, float*, MlaGemmScratch&, ThreadPool&, Isa);
+  int threads_;
+  int64_t max_rows_, n_head_, head_dim_, chunk_size_;
+  std::vector<float> chunk_;   // [chunk_size, head_dim] decoded latent rows
+  std::vector<float> s_;       // [threads, kMlaRowBlock, chunk_size] scores, then probabilities
+  std::vector<float> m_, l_;   // [max_rows, n_head] running max and sum
+  std::vector<float> rows_;    // [threads, 3 * head_dim] KvRowReader scratch (row, scales, mins)
+};
+
+void mla_attention_gemm(const KvLayerView& layer, const float* q, const int32_t* positions, const SeqSpan& seq,
+                        const AttentionParams& params, int64_t v_dim, float* out, MlaGemmScratch& scratch,
+                        ThreadPool& pool, Isa isa = detect_isa());
 
 // Reference: plain loops in double over rows read by kv_load_row_reference. Same contract.
 void mla_attention_reference(const KvLayerView& layer, const float* q, const int32_t* positions,

@@ -11,6 +11,7 @@
 //     x     += (o_lat W_UV per head) Wo;  x += SwiGLU FFN
 // which equals attention over the decompressed keys [c_kv W_UK | k_pe] and values c_kv W_UV
 // (tests/engine/mla_forward_test.cpp checks it against a float64 decompressed reference).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -99,6 +100,32 @@ Status LlamaModel::bind_mla(const TensorTable& f) {
   return Status::ok();
 }
 
+// Attention of every row over the latent cache: sequences with mla_gemm_min_rows_ rows or more
+// (a prefill chunk) as tiled GEMMs, the others by the row walk, each rebased to row 0.
+void ForwardPass::mla_attend(const kernels::KvLayerView& layer, std::span<const kernels::SeqSpan> seqs,
+                             const kernels::AttentionParams& attn, const int32_t* positions) {
+  const ModelConfig& c = model_.config();
+  const int64_t H = c.n_head, r = c.kv_lora_rank, L = c.kv_cache_head_dim();
+  const bool any_gemm = attn.window == 0 && std::any_of(seqs.begin(), seqs.end(), [&](const kernels::SeqSpan& s) {
+    return s.n_tokens >= mla_gemm_min_rows_;
+  });
+  if (!any_gemm) {
+    kernels::mla_attention(layer, q_abs_.data(), positions, seqs.data(), static_cast<int64_t>(seqs.size()), attn, r,
+                           att_latent_.data(), pool_, attention_scratch_, isa_);
+    return;
+  }
+  for (const kernels::SeqSpan& s : seqs) {
+    if (s.n_tokens >= mla_gemm_min_rows_) {
+      kernels::mla_attention_gemm(layer, q_abs_.data(), positions, s, attn, r, att_latent_.data(), *mla_gemm_, pool_, isa_);
+      continue;
+    }
+    mla_seq_[0] = s;
+    mla_seq_[0].token_begin = 0;
+    kernels::mla_attention(layer, q_abs_.data() + s.token_begin * H * L, positions + s.token_begin, mla_seq_.data(), 1,
+                           attn, r, att_latent_.data() + s.token_begin * H * r, pool_, attention_scratch_, isa_);
+  }
+}
+
 void ForwardPass::forward_mla(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits) {
   const ModelConfig& c = model_.config();
   const int64_t T = batch.n_tokens();
@@ -144,9 +171,7 @@ void ForwardPass::forward_mla(const Batch& batch, std::span<const kernels::KvLay
         std::memcpy(dst + r, q + (t * H + h) * qh + dn, dr * sizeof(float));
       }
     }
-    kernels::mla_attention(kv_layers[l], q_abs, batch.positions.data(), batch.seqs_of(l).data(),
-                           static_cast<int64_t>(batch.seqs.size()), attn, r, att_latent_.data(), pool_,
-                           attention_scratch_, isa_);
+    mla_attend(kv_layers[l], batch.seqs_of(l), attn, batch.positions.data());
     // Up-project each head's latent output to its value space: o[t, h] = W_UV[h] o_lat[t, h].
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t t = 0; t < T; ++t) {

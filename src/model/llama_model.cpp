@@ -234,6 +234,8 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, int64_t max_
     head_in_.resize(max_tokens * std::max(c.qk_nope_dim, c.kv_lora_rank));
     head_out_.resize(max_tokens * std::max(c.kv_lora_rank, c.v_head_dim));
     att_.resize(max_tokens * std::max(c.q_dim(), c.n_head * c.v_head_dim));
+    mla_gemm_ = std::make_unique<kernels::MlaGemmScratch>(pool.num_threads(), max_tokens, c.n_head, latent);
+    mla_seq_.resize(1);
   }
 }
 

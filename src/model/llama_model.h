@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "kernels/mla_attention.h"
 #include "model/batch.h"
 #include "model/format/gguf.h"
 #include "model/format/hf_checkpoint.h"
@@ -121,6 +122,10 @@ class ForwardPass {
   void set_f32_precision(bool on) { matmul_.set_f32_precision(on); }
   // Attention mask of every layer (kernels::AttentionParams): starts as the model's
   // sliding_window without sinks; the engine's StreamingLLM mode sets its own window + sinks.
+  // MLA prefill: sequences with at least `rows` rows in a batch run their attention as tiled
+  // GEMMs (kernels::mla_attention_gemm), fewer rows the row walk (kernels::mla_attention).
+  // Default kernels::kMlaGemmMinRows; a huge value keeps every row on the row walk (A/B, tests).
+  void set_mla_gemm_min_rows(int64_t rows) { mla_gemm_min_rows_ = rows; }
   void set_attention_mask(int64_t window, int64_t n_sinks) {
     window_ = window;
     n_sinks_ = n_sinks;
@@ -134,6 +139,8 @@ class ForwardPass {
   void classify(const Batch& batch, float* logits);     // logits of batch.logit_rows
   // deepseek2 (deepseek2_model.cpp): MLA attention in the absorbed form, then the dense FFN.
   void forward_mla(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits);
+  void mla_attend(const kernels::KvLayerView& layer, std::span<const kernels::SeqSpan> seqs,
+                  const kernels::AttentionParams& attn, const int32_t* positions);
   // gemma3 (arch/gemma3_forward.cpp; the arithmetic in arch/gemma3.h).
   void forward_gemma3(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits);
   // The mask of layer l: its own window (no sinks) where it has one narrower than the
@@ -166,6 +173,9 @@ class ForwardPass {
   std::vector<float> att_latent_;  // [max_tokens, n_head, kv_lora_rank] attention output, latent
   std::vector<float> head_in_;     // [max_tokens, max(dn, r)] one head's rows, gathered
   std::vector<float> head_out_;    // [max_tokens, max(r, dv)]
+  std::unique_ptr<kernels::MlaGemmScratch> mla_gemm_;   // its tiles and accumulators
+  int64_t mla_gemm_min_rows_ = kernels::kMlaGemmMinRows;
+  std::vector<kernels::SeqSpan> mla_seq_;               // [1] a row-walk sequence, rebased to row 0
   // MoE only (empty otherwise); k = n_expert_used. gate_ and up_ are then [max_tokens,
   // max(n_ff, n_ff_exp, n_ff_exp * n_expert_shared)].
   std::vector<float> router_;          // [max_tokens, n_expert] router logits
