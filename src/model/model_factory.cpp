@@ -87,6 +87,9 @@ const std::vector<ModelShape>& model_shapes() {
       {"dsv2-lite-gqa", 2048, 27, 16, 4, 1408, 32000, 4096},
       {"dsv2-mini", 2048, 4, 16, 16, 1408, 32000, 4096, "deepseek2", 0, 0, 512, 128, 64, 128},
       {"dsv2-mini-gqa", 2048, 4, 16, 4, 1408, 32000, 4096},
+      // dsv2-mini with V2's q LoRA (1536): llama.cpp requires q_lora_rank below 27 layers, so
+      // the MLA prefill side by side (bench/peer/mla_prefill_rounds.py) uses this one.
+      {"dsv2-mini-q", 2048, 4, 16, 16, 1408, 32000, 4096, "deepseek2", 0, 1536, 512, 128, 64, 128},
       // Gemma 3: windows of 8 over blocks of 4 in the tests; 270M's geometry (head 256, window
       // 512, one global layer in six) for benchmarks.
       {"tiny-gemma3", 64, 4, 4, 2, 96, 320, 512, "gemma3", 8, 0, 0, 0, 0, 0, 0, 0, 32, 3},
