@@ -107,19 +107,23 @@ TEST(ClusterReplay, APromptLargerThanThePoolIsRefused) {
   EXPECT_EQ(r->finished, 1);
 }
 
-TEST(ClusterReplay, MooncakeSliceKvAwareRoutingBeatsRoundRobinAndIsDeterministic) {
+// The first n requests of Mooncake's trace, and options for them: 1M tokens of cache per
+// instance, blocks of 512, a fast prefill profile.
+Result<std::vector<TraceRequest>> mooncake_slice(int64_t n, ClusterReplayOptions& o) {
   const std::string path = testing::test_data_dir() + "/traces/mooncake-synthetic.jsonl";
-  ASSERT_TRUE(testing::file_exists(path)) << path << " is missing (PAGODA_TEST_DATA)";
-  TraceOptions to;
-  to.max_requests = 300;
-  auto t = read_trace(path, to);
-  ASSERT_TRUE(t.is_ok()) << t.status().message();
-  ClusterReplayOptions o;
-  o.instances = 4;
+  if (!testing::file_exists(path)) return Status::not_found(path + " is missing (PAGODA_TEST_DATA)");
+  o.trace.max_requests = n;
   o.capacity_tokens = 1000000;
   o.block_size = 512;
-  o.trace = to;
   o.cost = StepCostProfile{20000, 40, 0.05};
+  return read_trace(path, o.trace);
+}
+
+TEST(ClusterReplay, MooncakeSliceKvAwareRoutingBeatsRoundRobinAndIsDeterministic) {
+  ClusterReplayOptions o;
+  auto t = mooncake_slice(300, o);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  o.instances = 4;
   o.policy = router::RoutingPolicy::kKvAware;
   auto kv = replay_cluster(*t, o);
   ASSERT_TRUE(kv.is_ok()) << kv.status().message();
@@ -195,19 +199,11 @@ TEST(ClusterReplay, PdSplitMovesOnlyWhatTheDecodeSideLacks) {
 }
 
 TEST(ClusterReplay, PdSplitOnAMooncakeSlice) {
-  const std::string path = testing::test_data_dir() + "/traces/mooncake-synthetic.jsonl";
-  ASSERT_TRUE(testing::file_exists(path)) << path << " is missing (PAGODA_TEST_DATA)";
-  TraceOptions to;
-  to.max_requests = 200;
-  auto t = read_trace(path, to);
-  ASSERT_TRUE(t.is_ok()) << t.status().message();
   ClusterReplayOptions o;
+  auto t = mooncake_slice(200, o);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
   o.prefill_instances = 3;
   o.decode_instances = 2;
-  o.capacity_tokens = 1000000;
-  o.block_size = 512;
-  o.trace = to;
-  o.cost = StepCostProfile{20000, 40, 0.05};
   o.kv_bytes_per_token = 1000;
   o.transfer_gbps = 10;
   auto r = replay_cluster(*t, o);

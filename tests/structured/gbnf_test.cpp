@@ -10,15 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "structured/gbnf.h"
+#include "structured/grammar_test_util.h"
 #include "structured/matcher.h"
 
 namespace pagoda::structured {
 namespace {
 
-bool matches(const Grammar& g, std::string_view text) {
-  MatchState s = initial_state(g);
-  return advance_text(g, s, text) && accepting(s);
-}
+using testing::all_strings;
+using testing::matches;
 
 Grammar parse(const std::string& text) {
   auto g = grammar_from_gbnf(text);
@@ -30,18 +29,6 @@ std::string error(const std::string& text) {
   auto g = grammar_from_gbnf(text);
   EXPECT_FALSE(g.is_ok()) << text;
   return g.is_ok() ? std::string() : g.status().message();
-}
-
-std::vector<std::string> all_strings(const std::string& alphabet, size_t max_len) {
-  std::vector<std::string> out = {""};
-  for (size_t begin = 0, len = 0; len < max_len; ++len) {
-    const size_t end = out.size();
-    for (size_t i = begin; i < end; ++i) {
-      for (char c : alphabet) out.push_back(out[i] + c);
-    }
-    begin = end;
-  }
-  return out;
 }
 
 TEST(Gbnf, RegularGrammarsMatchTheirRegex) {

@@ -9,29 +9,15 @@
 
 #include "structured/code_points.h"
 #include "structured/json_schema.h"
+#include "structured/grammar_test_util.h"
 #include "structured/matcher.h"
 #include "structured/regex.h"
 
 namespace pagoda::structured {
 namespace {
 
-bool matches(const Grammar& g, std::string_view text) {
-  MatchState s = initial_state(g);
-  return advance_text(g, s, text) && accepting(s);
-}
-
-// Every string of 0..max_len characters over alphabet.
-std::vector<std::string> all_strings(const std::string& alphabet, size_t max_len) {
-  std::vector<std::string> out = {""};
-  for (size_t begin = 0, len = 0; len < max_len; ++len) {
-    const size_t end = out.size();
-    for (size_t i = begin; i < end; ++i) {
-      for (char c : alphabet) out.push_back(out[i] + c);
-    }
-    begin = end;
-  }
-  return out;
-}
+using testing::all_strings;
+using testing::matches;
 
 TEST(Regex, MatchesWholeStringsAsStdRegexDoes) {
   // (pattern, the same language for std::regex where its syntax differs)
