@@ -29,6 +29,7 @@ struct EngineOptions {
   bool no_prefix_cache = false;
   bool batched_bf16 = false;  // EngineConfig::batched_bf16
   std::string isa;            // EngineConfig::isa by name; "": the best this CPU runs
+  std::string mla_prefill = "auto";  // EngineConfig::mla_prefill: auto | absorbed | expanded | row-walk
   std::string eviction = "lru";
   std::string kv_hash = "xxh64";
   int64_t kv_window = 0;  // StreamingLLM: tokens kept after the sinks (0: off)

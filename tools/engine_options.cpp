@@ -37,6 +37,10 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
                  std::string("kernels' instruction set: scalar, avx2, avx512 or amx, at most what this CPU has (default: "
                              "the best it has, here ") + kernels::isa_name(kernels::detect_isa()) + ")")
       ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx"}));
+  app.add_option("--mla-prefill", o.mla_prefill,
+                 "MLA (deepseek2) prefill chunks: auto (default: the expanded form, keys and values decompressed per "
+                 "chunk, where it costs fewer multiply-adds than the absorbed one), absorbed, expanded or row-walk")
+      ->check(CLI::IsMember({"auto", "absorbed", "expanded", "row-walk"}));
   app.add_option("--eviction", o.eviction, "which cached KV blocks go first when memory is needed")
       ->check(CLI::IsMember({"lru", "lfu", "priority"}));
   app.add_option("--kv-hash", o.kv_hash,
@@ -89,6 +93,10 @@ Result<engine::EngineConfig> engine_config_from(const EngineOptions& o) {
     }
     config.isa = *isa;
   }
+  config.mla_prefill = o.mla_prefill == "absorbed"   ? model::MlaPrefill::kAbsorbed
+                       : o.mla_prefill == "expanded" ? model::MlaPrefill::kExpanded
+                       : o.mla_prefill == "row-walk" ? model::MlaPrefill::kRowWalk
+                                                     : model::MlaPrefill::kAuto;
   config.eviction = *kvcache::eviction_policy_from_name(o.eviction);
   config.kv_hash = *kvcache::block_hash_scheme_from_flag(o.kv_hash);
   if (config.kv_layout == kernels::KvLayoutKind::kNZ) {  // fail before loading the model

@@ -5,8 +5,8 @@ layers of V2-Lite's attention with V2's q LoRA, 16 heads, latent 512 + 64, dense
 `pagoda make-model` when missing), f16 KV both, the same threads. Rounds alternate which engine
 goes first; each engine is warmed up once. Prints the per-round prefill tokens/s and ratios and
 the median (min-max) of the ratios as one JSON object. llama.cpp reads this file's attn_kv_b
-(its non-MLA path: K and V expanded per head); Pagoda caches the latent row and attends
-absorbed (kernels/mla_attention.h).
+(its non-MLA path: K and V expanded per head and cached so); Pagoda caches the latent row and
+prefills in the expanded form, decompressing K and V per chunk (kernels/mla_attention.h).
 
   bench/peer/mla_prefill_rounds.py [--tokens 4096] [--rounds 5] [--threads 2] [--shape dsv2-mini-q]
 

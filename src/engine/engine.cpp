@@ -169,6 +169,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Llam
                                                      config.isa);
   e->forward_->set_batched_bf16(batched_bf16);
   e->forward_->set_f32_precision(config.f32_matmul);
+  e->forward_->set_mla_prefill(config.mla_prefill);
   logger.info(std::string("matmul precision: ") + describe_matmul_precision(config.isa, config.f32_matmul, batched_bf16));
   logger.debug(std::string("kernels: ") + kernels::isa_name(config.isa) + " (this CPU: " +
                kernels::isa_name(kernels::detect_isa()) + ")");

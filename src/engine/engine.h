@@ -82,6 +82,9 @@ struct EngineConfig {
   // bf16 GEMM or AMX would run. Default (`auto`): the fastest arithmetic the ISA has, stated in
   // the start-up log. Not with batched_bf16 (refused). Its KV is another format key.
   bool f32_matmul = false;
+  // MLA prefill chunks (`--mla-prefill`, model::ForwardPass::set_mla_prefill): kAuto takes the
+  // expanded form where it costs fewer multiply-adds; the others force a form (A/B, tests).
+  model::MlaPrefill mla_prefill = model::MlaPrefill::kAuto;
   // The kernels' instruction set (kernels/matmul.h, `--isa`): by default the best this CPU runs; a
   // lower one runs that ISA's paths (one host tests them all). One the CPU lacks is refused.
   kernels::Isa isa = kernels::detect_isa();

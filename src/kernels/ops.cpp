@@ -1,5 +1,6 @@
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -56,6 +57,21 @@ void silu_mul(float* gate, const float* up, int64_t n, Isa isa) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
+}
+
+float exp_shifted_sum(float* x, int64_t n, float shift, Isa isa) {
+  if (isa >= Isa::kAvx512) return detail::exp_shifted_sum_avx512(x, n, shift);
+  if (isa == Isa::kAvx2) return detail::exp_shifted_sum_avx2(x, n, shift);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - shift));
+  return sum;
+}
+
+float max_of(const float* x, int64_t n, float init, Isa isa) {
+  if (isa >= Isa::kAvx512) return detail::max_of_avx512(x, n, init);
+  if (isa == Isa::kAvx2) return detail::max_of_avx2(x, n, init);
+  for (int64_t i = 0; i < n; ++i) init = std::max(init, x[i]);
+  return init;
 }
 
 void gelu_mul(float* gate, const float* up, int64_t n, Isa isa) {

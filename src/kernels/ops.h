@@ -61,4 +61,17 @@ void add_inplace(float* x, const float* y, int64_t n);
 // In-place softmax of x[0..n). Returns nothing; max-subtracted, sums in float.
 void softmax(float* x, int64_t n);
 
+// The unnormalized softmax of an online-softmax tile row: x[i] = exp(x[i] - shift) for
+// i < n, returning their sum (float). Isa::kAvx2 and up: detail::exp256 / exp512 (within 2 ulp
+// of expf) and lane-wise partial sums; scalar: std::exp in order, the reference.
+float exp_shifted_sum(float* x, int64_t n, float shift, Isa isa = detect_isa());
+// max(init, x[0..n)).
+float max_of(const float* x, int64_t n, float init, Isa isa = detect_isa());
+namespace detail {
+float exp_shifted_sum_avx512(float* x, int64_t n, float shift);
+float exp_shifted_sum_avx2(float* x, int64_t n, float shift);
+float max_of_avx512(const float* x, int64_t n, float init);
+float max_of_avx2(const float* x, int64_t n, float init);
+}
+
 }  // namespace pagoda::kernels

@@ -1,6 +1,7 @@
-// The AVX2 paths of silu_mul and gelu_mul (kernels/ops.h): the AVX-512 paths' arithmetic, 8 lanes.
+// The AVX2 paths of silu_mul, gelu_mul, exp_shifted_sum and max_of (kernels/ops.h): the AVX-512 paths' arithmetic, 8 lanes.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/exp_avx2.h"
@@ -36,6 +37,33 @@ void gelu_mul_avx2(float* gate, const float* up, int64_t n) {
     const float x = gate[i];
     gate[i] = x / (1.0f + std::exp(-2.0f * kC * (x + 0.044715f * x * x * x))) * up[i];
   }
+}
+
+float exp_shifted_sum_avx2(float* x, int64_t n, float shift) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  for (; i < n; ++i) sum += (x[i] = std::exp(x[i] - shift));
+  return sum;
+}
+
+float max_of_avx2(const float* x, int64_t n, float init) {
+  __m256 m = _mm256_set1_ps(init);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  for (float v : lanes) init = std::max(init, v);
+  for (; i < n; ++i) init = std::max(init, x[i]);
+  return init;
 }
 
 }  // namespace pagoda::kernels::detail

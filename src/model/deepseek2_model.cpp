@@ -11,6 +11,9 @@
 //     x     += (o_lat W_UV per head) Wo;  x += SwiGLU FFN
 // which equals attention over the decompressed keys [c_kv W_UK | k_pe] and values c_kv W_UV
 // (tests/engine/mla_forward_test.cpp checks it against a float64 decompressed reference).
+// Long prefill chunks attend in that expanded form instead (kernels::mla_attention_expanded:
+// the chunk's keys and values decompressed per head, no q_abs, no up-projection), where it
+// costs fewer multiply-adds (ForwardPass::set_mla_prefill).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -100,22 +103,37 @@ Status LlamaModel::bind_mla(const TensorTable& f) {
   return Status::ok();
 }
 
-// Attention of every row over the latent cache: sequences with mla_gemm_min_rows_ rows or more
+// Which sequences of the batch prefill in the expanded form (window 0 and 16+ rows: the GEMM
+// paths; then mla_prefill_, or in kAuto the one with fewer multiply-adds), and the rows of the
+// others, which need absorbed queries.
+int64_t ForwardPass::plan_mla_forms(const Batch& batch) {
+  const ModelConfig& c = model_.config();
+  const kernels::MlaUpProjection dims{nullptr, nullptr, c.kv_lora_rank, c.qk_nope_dim, c.v_head_dim};
+  int64_t n_absorbed = 0;
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const kernels::SeqSpan& s = batch.seqs[i];
+    const int32_t* pos = batch.positions.data() + s.token_begin;
+    const bool gemm = window_ == 0 && s.n_tokens >= kernels::kMlaGemmMinRows && mla_prefill_ != MlaPrefill::kRowWalk;
+    const bool expanded = gemm && (mla_prefill_ == MlaPrefill::kExpanded ||
+                                   (mla_prefill_ == MlaPrefill::kAuto &&
+                                    kernels::mla_expanded_pays(pos, s.n_tokens, c.kv_cache_head_dim(), dims)));
+    mla_expanded_[i] = expanded ? 1 : 0;
+    if (expanded) continue;
+    for (int64_t t = s.token_begin; t < s.token_begin + s.n_tokens; ++t) absorbed_rows_[n_absorbed++] = t;
+  }
+  return n_absorbed;
+}
+
+// Attention of the absorbed-form sequences over the latent cache: those with 16 rows or more
 // (a prefill chunk) as tiled GEMMs, the others by the row walk, each rebased to row 0.
 void ForwardPass::mla_attend(const kernels::KvLayerView& layer, std::span<const kernels::SeqSpan> seqs,
                              const kernels::AttentionParams& attn, const int32_t* positions) {
   const ModelConfig& c = model_.config();
   const int64_t H = c.n_head, r = c.kv_lora_rank, L = c.kv_cache_head_dim();
-  const bool any_gemm = attn.window == 0 && std::any_of(seqs.begin(), seqs.end(), [&](const kernels::SeqSpan& s) {
-    return s.n_tokens >= mla_gemm_min_rows_;
-  });
-  if (!any_gemm) {
-    kernels::mla_attention(layer, q_abs_.data(), positions, seqs.data(), static_cast<int64_t>(seqs.size()), attn, r,
-                           att_latent_.data(), pool_, attention_scratch_, isa_);
-    return;
-  }
-  for (const kernels::SeqSpan& s : seqs) {
-    if (s.n_tokens >= mla_gemm_min_rows_) {
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const kernels::SeqSpan& s = seqs[i];
+    if (mla_expanded_[i] != 0) continue;
+    if (attn.window == 0 && s.n_tokens >= kernels::kMlaGemmMinRows && mla_prefill_ != MlaPrefill::kRowWalk) {
       kernels::mla_attention_gemm(layer, q_abs_.data(), positions, s, attn, r, att_latent_.data(), *mla_gemm_, pool_, isa_);
       continue;
     }
@@ -143,6 +161,8 @@ void ForwardPass::forward_mla(const Batch& batch, std::span<const kernels::KvLay
   float* q_abs = q_abs_.data(); // [T, H, L]
   float* att = att_.data();     // [T, H * dv]
   embed(batch);
+  const int64_t n_abs = plan_mla_forms(batch);  // rows needing absorbed queries
+  const int64_t* rows = absorbed_rows_.data();  // [n_abs]
   const kernels::AttentionParams attn{H, c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(qh)),
                                       window_, n_sinks_};
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -161,24 +181,37 @@ void ForwardPass::forward_mla(const Batch& batch, std::span<const kernels::KvLay
     kernels::rope(q + dn, batch.positions.data(), T, H, c.rope);
     kernels::rope(kv_a + r, batch.positions.data(), T, 1, latent_rope_);
     kernels::store_kv(kv_layers[l], kv_a, nullptr, batch.slots_of(l).data(), T, isa_);
-    // Absorb W_UK into the queries, head by head: q_abs[t, h] = [W_UK[h]^T q_nope[t, h] | q_pe[t, h]].
-    for (int64_t h = 0; h < H; ++h) {
-      for (int64_t t = 0; t < T; ++t) std::memcpy(head_in_.data() + t * dn, q + (t * H + h) * qh, dn * sizeof(float));
-      matmul_.run(f32_matrix(w.wk_b.data() + h * r * dn, r, dn), head_in_.data(), T, head_out_.data());
-      for (int64_t t = 0; t < T; ++t) {
-        float* dst = q_abs + (t * H + h) * L;
-        std::memcpy(dst, head_out_.data() + t * r, r * sizeof(float));
-        std::memcpy(dst + r, q + (t * H + h) * qh + dn, dr * sizeof(float));
+    // Absorb W_UK into the queries of the absorbed rows, head by head:
+    // q_abs[t, h] = [W_UK[h]^T q_nope[t, h] | q_pe[t, h]].
+    for (int64_t h = 0; h < H && n_abs > 0; ++h) {
+      for (int64_t i = 0; i < n_abs; ++i) {
+        std::memcpy(head_in_.data() + i * dn, q + (rows[i] * H + h) * qh, dn * sizeof(float));
+      }
+      matmul_.run(f32_matrix(w.wk_b.data() + h * r * dn, r, dn), head_in_.data(), n_abs, head_out_.data());
+      for (int64_t i = 0; i < n_abs; ++i) {
+        float* dst = q_abs + (rows[i] * H + h) * L;
+        std::memcpy(dst, head_out_.data() + i * r, r * sizeof(float));
+        std::memcpy(dst + r, q + (rows[i] * H + h) * qh + dn, dr * sizeof(float));
       }
     }
-    mla_attend(kv_layers[l], batch.seqs_of(l), attn, batch.positions.data());
-    // Up-project each head's latent output to its value space: o[t, h] = W_UV[h] o_lat[t, h].
-    for (int64_t h = 0; h < H; ++h) {
-      for (int64_t t = 0; t < T; ++t) {
-        std::memcpy(head_in_.data() + t * r, att_latent_.data() + (t * H + h) * r, r * sizeof(float));
+    const std::span<const kernels::SeqSpan> seqs = batch.seqs_of(l);
+    mla_attend(kv_layers[l], seqs, attn, batch.positions.data());
+    // Up-project each absorbed row's latent output to its value space: o[t, h] = W_UV[h] o_lat[t, h].
+    for (int64_t h = 0; h < H && n_abs > 0; ++h) {
+      for (int64_t i = 0; i < n_abs; ++i) {
+        std::memcpy(head_in_.data() + i * r, att_latent_.data() + (rows[i] * H + h) * r, r * sizeof(float));
       }
-      matmul_.run(f32_matrix(w.wv_b.data() + h * dv * r, dv, r), head_in_.data(), T, head_out_.data());
-      for (int64_t t = 0; t < T; ++t) std::memcpy(att + t * H * dv + h * dv, head_out_.data() + t * dv, dv * sizeof(float));
+      matmul_.run(f32_matrix(w.wv_b.data() + h * dv * r, dv, r), head_in_.data(), n_abs, head_out_.data());
+      for (int64_t i = 0; i < n_abs; ++i) {
+        std::memcpy(att + rows[i] * H * dv + h * dv, head_out_.data() + i * dv, dv * sizeof(float));
+      }
+    }
+    // The expanded-form sequences attend with q itself, straight into att's value space.
+    const kernels::MlaUpProjection up{w.wk_b.data(), w.wv_b.data(), r, dn, dv};
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (mla_expanded_[i] == 0) continue;
+      kernels::mla_attention_expanded(kv_layers[l], q, batch.positions.data(), seqs[i], attn, up, att, *mla_gemm_,
+                                      pool_, isa_);
     }
     matmul_.run(w.wo, att, T, xb);
     kernels::add_inplace(x, xb, T * d);

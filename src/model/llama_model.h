@@ -99,6 +99,9 @@ class LlamaModel {
 
 // Scratch buffers and kernels state for forward passes of up to max_tokens rows over
 // contexts of up to max_context positions. Allocated once; forward() never allocates.
+// How MLA prefill chunks attend (ForwardPass::set_mla_prefill).
+enum class MlaPrefill { kAuto, kAbsorbed, kExpanded, kRowWalk };
+
 class ForwardPass {
  public:
   ForwardPass(const LlamaModel& model, ThreadPool& pool, int64_t max_tokens, int64_t max_context,
@@ -122,10 +125,13 @@ class ForwardPass {
   void set_f32_precision(bool on) { matmul_.set_f32_precision(on); }
   // Attention mask of every layer (kernels::AttentionParams): starts as the model's
   // sliding_window without sinks; the engine's StreamingLLM mode sets its own window + sinks.
-  // MLA prefill: sequences with at least `rows` rows in a batch run their attention as tiled
-  // GEMMs (kernels::mla_attention_gemm), fewer rows the row walk (kernels::mla_attention).
-  // Default kernels::kMlaGemmMinRows; a huge value keeps every row on the row walk (A/B, tests).
-  void set_mla_gemm_min_rows(int64_t rows) { mla_gemm_min_rows_ = rows; }
+  // MLA prefill: a sequence with at least kernels::kMlaGemmMinRows rows in a batch runs its
+  // attention as tiled GEMMs, in the expanded form (kernels::mla_attention_expanded: keys and
+  // values decompressed per chunk, no query absorption or up-projection) where that costs fewer
+  // multiply-adds (kernels::mla_expanded_pays), else in the absorbed form
+  // (kernels::mla_attention_gemm); fewer rows take the absorbed row walk. `form` forces one of
+  // the GEMM forms (A/B, tests); kRowWalk keeps every row on the row walk.
+  void set_mla_prefill(MlaPrefill form) { mla_prefill_ = form; }
   void set_attention_mask(int64_t window, int64_t n_sinks) {
     window_ = window;
     n_sinks_ = n_sinks;
@@ -139,6 +145,8 @@ class ForwardPass {
   void classify(const Batch& batch, float* logits);     // logits of batch.logit_rows
   // deepseek2 (deepseek2_model.cpp): MLA attention in the absorbed form, then the dense FFN.
   void forward_mla(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits);
+  // Chooses each sequence's form (mla_expanded_, absorbed_rows_); returns the absorbed rows.
+  int64_t plan_mla_forms(const Batch& batch);
   void mla_attend(const kernels::KvLayerView& layer, std::span<const kernels::SeqSpan> seqs,
                   const kernels::AttentionParams& attn, const int32_t* positions);
   // gemma3 (arch/gemma3_forward.cpp; the arithmetic in arch/gemma3.h).
@@ -174,8 +182,10 @@ class ForwardPass {
   std::vector<float> head_in_;     // [max_tokens, max(dn, r)] one head's rows, gathered
   std::vector<float> head_out_;    // [max_tokens, max(r, dv)]
   std::unique_ptr<kernels::MlaGemmScratch> mla_gemm_;   // its tiles and accumulators
-  int64_t mla_gemm_min_rows_ = kernels::kMlaGemmMinRows;
+  MlaPrefill mla_prefill_ = MlaPrefill::kAuto;
   std::vector<kernels::SeqSpan> mla_seq_;               // [1] a row-walk sequence, rebased to row 0
+  std::vector<uint8_t> mla_expanded_;                   // [max_tokens] per batch sequence: expanded form
+  std::vector<int64_t> absorbed_rows_;                  // [max_tokens] rows of absorbed-form sequences
   // MoE only (empty otherwise); k = n_expert_used. gate_ and up_ are then [max_tokens,
   // max(n_ff, n_ff_exp, n_ff_exp * n_expert_shared)].
   std::vector<float> router_;          // [max_tokens, n_expert] router logits

@@ -173,6 +173,58 @@ TEST(MlaForward, EngineMatchesDecompressedFloat64Reference) {
   }
 }
 
+// Every prefill form (the absorbed GEMMs, the expanded GEMMs, the row walk, and auto's choice)
+// gives the float64 reference's logits, also in one step that mixes a 16-row prefill chunk
+// (expanded) with decode rows of other sequences (absorbed: their queries are gathered).
+TEST(MlaForward, EveryPrefillFormAndMixedStepsMatchFloat64Reference) {
+  auto shape = model::find_model_shape("tiny-mla-q").value();
+  auto file = model::make_random_model(shape, DType::kF32, 7);
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  const std::vector<int32_t> tokens = some_tokens(37, shape.n_vocab);
+  const std::vector<double> want = mla_reference_logits(*file, shape, tokens);
+  const int64_t V = shape.n_vocab;
+  for (model::MlaPrefill form : {model::MlaPrefill::kAuto, model::MlaPrefill::kAbsorbed, model::MlaPrefill::kExpanded,
+                                 model::MlaPrefill::kRowWalk}) {
+    SCOPED_TRACE("form " + std::to_string(static_cast<int>(form)));
+    engine::EngineConfig config;
+    config.block_size = 4;
+    config.max_batch_tokens = 32;
+    config.mla_prefill = form;
+    config.enable_prefix_caching = false;
+    auto eng = make_engine(shape, config);
+    auto got = eng->score(tokens);
+    ASSERT_TRUE(got.is_ok()) << got.status().message();
+    EXPECT_LT(max_relative_error(*got, want, V), 2e-4);
+    // A: tokens[0, 20) then one row at a time; B: one row at a time, then 17 rows at once
+    // beside A's decode rows.
+    kvcache::BlockManager& bm = eng->block_manager();
+    kvcache::SequenceOptions options;
+    options.ns = eng->kv_namespace("");
+    const kvcache::SeqId a = bm.add_sequence(64, options);
+    const kvcache::SeqId b = bm.add_sequence(64, options);
+    std::vector<float> logits(32 * V);
+    auto step = [&](std::vector<engine::Engine::StepSeq> seqs) {
+      ASSERT_TRUE(eng->step(seqs, true, logits.data()).is_ok());
+    };
+    auto expect_rows = [&](int64_t row, int64_t first_pos, int64_t n, const char* what) {
+      const std::vector<float> rows(logits.begin() + row * V, logits.begin() + (row + n) * V);
+      const std::vector<double> ref(want.begin() + first_pos * V, want.begin() + (first_pos + n) * V);
+      EXPECT_LT(max_relative_error(rows, ref, V), 2e-4) << what;
+    };
+    const std::span<const int32_t> all(tokens);
+    step({{a, all.subspan(0, 20)}});
+    expect_rows(0, 0, 20, "A's 20-row prefill");
+    step({{b, all.subspan(0, 1)}, {a, all.subspan(20, 1)}});
+    expect_rows(0, 0, 1, "B's first row");
+    expect_rows(1, 20, 1, "A's decode row");
+    step({{a, all.subspan(21, 1)}, {b, all.subspan(1, 17)}});
+    expect_rows(0, 21, 1, "A's decode row beside B's chunk");
+    expect_rows(1, 1, 17, "B's 17-row chunk beside A's decode row");
+    bm.free_sequence(a);
+    bm.free_sequence(b);
+  }
+}
+
 TEST(MlaForward, LatentCacheHoldsOneRowPerTokenAndQuantizedFormatsStayClose) {
   auto shape = model::find_model_shape("tiny-mla-q").value();
   engine::EngineConfig f32;

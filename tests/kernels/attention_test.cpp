@@ -462,6 +462,41 @@ TEST(Ops, SiluMulOfEveryIsaMatchesTheScalarOne) {
   }
 }
 
+// exp_shifted_sum and max_of (the online softmax of the MLA GEMM paths): every ISA's values
+// within 2 ulp-ish of the scalar reference's std::exp, sums within float rounding of a double
+// sum, maxima exact; ragged lengths, shifts above and below the row.
+TEST(Ops, ExpShiftedSumAndMaxOfEveryIsaMatchTheScalarOnes) {
+  Rng rng(24);
+  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 100, 2048}) {
+    std::vector<float> x(n);
+    for (int64_t i = 0; i < n; ++i) x[i] = i % 5 == 0 ? rng.uniform(-60.0f, 8.0f) : 3.0f * rng.normal();
+    for (float shift : {8.0f, 0.5f, -2.0f}) {
+      std::vector<float> want = x;
+      const float want_sum = exp_shifted_sum(want.data(), n, shift, Isa::kScalar);
+      double exact = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double e = std::exp(double(x[i] - shift));  // of the float difference, as computed
+        ASSERT_NEAR(want[i], e, 2e-7 * e);
+        exact += e;
+      }
+      const double sum_tolerance = 6e-8 * double(n + 1) * exact + 1e-30;  // float sums of n terms
+      ASSERT_NEAR(want_sum, exact, sum_tolerance);
+      for (Isa isa : supported_isas()) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " n " + std::to_string(n));
+        std::vector<float> got = x;
+        const float got_sum = exp_shifted_sum(got.data(), n, shift, isa);
+        for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 4e-7f * want[i] + 1e-30f) << "x " << x[i];
+        EXPECT_NEAR(got_sum, exact, sum_tolerance);
+        const float init = n > 3 ? x[3] - 1.0f : -INFINITY;
+        float want_max = init;
+        for (float v : x) want_max = std::max(want_max, v);
+        EXPECT_EQ(max_of(x.data(), n, init, isa), want_max);
+        EXPECT_EQ(max_of(x.data(), n, 1e9f, isa), 1e9f);
+      }
+    }
+  }
+}
+
 // gelu_mul (GeGLU) likewise, and its scalar reference against the tanh form in double.
 TEST(Ops, GeluMulOfEveryIsaMatchesTheScalarOneAndTheTanhForm) {
   Rng rng(22);

@@ -1,7 +1,8 @@
 // MLA attention over a K-only latent cache: the kernel (every ISA of this CPU) equals its scalar
 // reference for every KV dtype, block sizes, head counts and window masks; and with explicit
 // random W_UK / W_UV, absorbed attention + up-projection equals ordinary attention over the
-// decompressed keys [c W_UK | k_pe] and values c W_UV, in double (the naive form).
+// decompressed keys [c W_UK | k_pe] and values c W_UV, in double (the naive form); the GEMM
+// prefill paths, absorbed and expanded, equal the reference.
 #include "kernels/mla_attention.h"
 
 #include <gtest/gtest.h>
@@ -152,6 +153,100 @@ TEST(MlaAttention, GemmPrefillMatchesReference) {
       }
     }
   }
+}
+
+// The expanded prefill (keys and values decompressed per chunk by explicit W_UK / W_UV) equals
+// the absorbed reference followed by the up-projection, in double: chunks at the start of a
+// sequence, after a cached prefix, across several chunks, tiles and blocks, for several dtypes
+// and layouts, every ISA, 1 and 3 threads.
+TEST(MlaAttention, ExpandedPrefillEqualsAbsorbedReferenceUpProjected) {
+  struct ExpandedCase {
+    int64_t r, dr, dn, dv, n_head, block_size;
+    KvDType dtype;
+  };
+  const std::vector<ExpandedCase> cases = {
+      {32, 16, 12, 20, 4, 16, KvDType::kF32}, {64, 16, 24, 16, 3, 16, KvDType::kF16},
+      {32, 8, 8, 8, 5, 8, KvDType::kInt8},    {64, 8, 16, 32, 2, 16, KvDType::kInt4},
+      {48, 16, 16, 16, 4, 4, KvDType::kBF16},
+  };
+  Rng rng(29);
+  for (const ExpandedCase& c : cases) {
+    for (KvLayoutKind layout : {KvLayoutKind::kND, KvLayoutKind::kNZ}) {
+      if (layout == KvLayoutKind::kNZ && (c.dtype != KvDType::kF32 || c.block_size % 16 != 0)) continue;
+      SCOPED_TRACE(std::string(kv_dtype_name(c.dtype)) + " B " + std::to_string(c.block_size) + " heads " +
+                   std::to_string(c.n_head) + (layout == KvLayoutKind::kNZ ? " NZ" : " ND"));
+      const int64_t L = c.r + c.dr, H = c.n_head, qh = c.dn + c.dr;
+      Latents s = make_latents_of(rng, L, c.block_size, {0, 300, 517}, {40, 260, 17});
+      KvLayerBuffer buf(c.dtype, layout, s.num_blocks, c.block_size, 1, L, 8, /*k_only=*/true);
+      store_latents(s, buf.view());
+      std::vector<float> wk_b(H * c.r * c.dn), wv_b(H * c.dv * c.r);  // [H, r, dn], [H, dv, r]
+      for (auto& x : wk_b) x = rng.normal() / std::sqrt(static_cast<float>(c.r));
+      for (auto& x : wv_b) x = rng.normal() / std::sqrt(static_cast<float>(c.r));
+      const int64_t rows = static_cast<int64_t>(s.positions.size());
+      std::vector<float> q(rows * H * qh);  // [q_nope | q_pe] per head
+      for (auto& x : q) x = rng.normal() * 0.3f;
+      // Absorbed in double: q_abs = [wk_b[h] q_nope | q_pe], the reference, then o = wv_b[h] o_lat.
+      std::vector<float> q_abs(rows * H * L);
+      for (int64_t t = 0; t < rows; ++t) {
+        for (int64_t h = 0; h < H; ++h) {
+          const float* qt = q.data() + (t * H + h) * qh;
+          for (int64_t j = 0; j < c.r; ++j) {
+            double acc = 0;
+            for (int64_t i = 0; i < c.dn; ++i) acc += double(wk_b[(h * c.r + j) * c.dn + i]) * qt[i];
+            q_abs[(t * H + h) * L + j] = static_cast<float>(acc);
+          }
+          for (int64_t i = 0; i < c.dr; ++i) q_abs[(t * H + h) * L + c.r + i] = qt[c.dn + i];
+        }
+      }
+      const AttentionParams params{H, 1.0f / std::sqrt(static_cast<float>(qh)), 0, 0};
+      std::vector<float> o_lat(rows * H * c.r);
+      mla_attention_reference(buf.view(), q_abs.data(), s.positions.data(), s.spans.data(), 3, params, c.r, o_lat.data());
+      std::vector<double> want(rows * H * c.dv);
+      for (int64_t t = 0; t < rows; ++t) {
+        for (int64_t h = 0; h < H; ++h) {
+          for (int64_t o = 0; o < c.dv; ++o) {
+            double acc = 0;
+            for (int64_t j = 0; j < c.r; ++j) acc += double(wv_b[(h * c.dv + o) * c.r + j]) * o_lat[(t * H + h) * c.r + j];
+            want[(t * H + h) * c.dv + o] = acc;
+          }
+        }
+      }
+      const MlaUpProjection up{wk_b.data(), wv_b.data(), c.r, c.dn, c.dv};
+      for (Isa isa : supported_isas()) {
+        for (int threads : {1, 3}) {
+          for (int64_t chunk : {int64_t{100}, kMlaChunk}) {
+            ThreadPool pool(threads);
+            MlaGemmScratch scratch(threads, 260, H, L, chunk);
+            scratch.reserve_expanded(qh, c.dv);
+            std::vector<float> got(want.size(), -7.0f);
+            for (const SeqSpan& span : s.spans) {
+              mla_attention_expanded(buf.view(), q.data(), s.positions.data(), span, params, up, got.data(), scratch, pool, isa);
+            }
+            double worst = 0;
+            for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+            EXPECT_LT(worst, 5e-5) << "isa " << static_cast<int>(isa) << " threads " << threads << " chunk " << chunk;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The choice of form counts multiply-adds: DeepSeek-V2's attention (r 512, rope 64, nope 128,
+// values 128) prefills a fresh 512-token chunk expanded, and keeps 16 rows after a long prefix
+// and a decode row absorbed.
+TEST(MlaAttention, ExpandedFormIsChosenWhereItCostsLess) {
+  const MlaUpProjection v2{nullptr, nullptr, 512, 128, 128};
+  auto rows_from = [](int32_t first, int64_t n) {
+    std::vector<int32_t> p(n);
+    std::iota(p.begin(), p.end(), first);
+    return p;
+  };
+  EXPECT_TRUE(mla_expanded_pays(rows_from(0, 512).data(), 512, 576, v2));
+  EXPECT_TRUE(mla_expanded_pays(rows_from(3584, 512).data(), 512, 576, v2));
+  EXPECT_FALSE(mla_expanded_pays(rows_from(4000, 16).data(), 16, 576, v2));
+  EXPECT_FALSE(mla_expanded_pays(rows_from(100, 1).data(), 1, 576, v2));
+  EXPECT_FALSE(mla_expanded_pays(nullptr, 0, 576, v2));
 }
 
 // Absorbed (latent queries, latent values, then W_UV) == naive (decompressed K and V), f32 cache.

@@ -41,6 +41,25 @@ TEST(CliSmallKv, MlaModelRunsAndKvcalcSizesItsLatentCache) {
   EXPECT_NE(window.err.find("MLA"), std::string::npos) << window.err;
 }
 
+// `--mla-prefill`: every form of the prompt's prefill (a 94-token prompt, one chunk) gives
+// the same greedy tokens; an unknown form is refused naming the flag.
+TEST(CliSmallKv, EveryMlaPrefillFormGeneratesTheSameGreedyTokens) {
+  const std::string m = make("tiny-mla-q");
+  const std::string base = "run -m " + m + " -p 'once upon a time there was a little girl who lived in a house near the " +
+                           "woods with her mother' -n 12 --temp 0 --ignore-eos --json -t 2 --kv-dtype f32";
+  Output plain = pagoda(base);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_GE(nlohmann::json::parse(plain.out)["prompt_token_ids"].size(), 16u);
+  for (const char* form : {"absorbed", "expanded", "row-walk"}) {
+    Output o = pagoda(base + " --mla-prefill " + form);
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_EQ(nlohmann::json::parse(o.out)["token_ids"], nlohmann::json::parse(plain.out)["token_ids"]) << form;
+  }
+  Output bad = pagoda(base + " --mla-prefill fused");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--mla-prefill"), std::string::npos) << bad.err;
+}
+
 TEST(CliSmallKv, ClaModelOwnsHalfTheKv) {
   const std::string plain = make("tiny");
   const std::string cla = make("tiny", "--cla 2");
