@@ -1,9 +1,9 @@
-// Chat templates: byte 0 picks the family (llama2 ... gemma), byte 1 bit 0 add_generation_prompt;
+// Chat templates: byte 0 picks the family (llama2 ... gemma, deepseek), byte 1 bit 0 add_generation_prompt;
 // the rest is messages separated by 0x1E, each a role byte (system/user/assistant/other) and its
 // content, any bytes. render() gives text or a Status (roles out of order), never a crash; the
 // rendered text of a conversation whose contents are valid UTF-8 is valid UTF-8, and encodes
 // with the tok512 tokenizer. detect_chat_template reads the raw input as a Jinja string.
-// Byte 1 bits 1-2 pick the tool syntax (none, hermes, llama3, mistral) and bit 3 think
+// Byte 1 bits 1, 2 and 4 pick the tool syntax (none, hermes, llama3, mistral, deepseek) and bit 3 think
 // reasoning: the template renders with it, and ChatOutputParser reads the raw input as a reply,
 // whole and in pieces cut at the 0x1E bytes: both give the same reasoning, content and calls,
 // and every call's arguments are a JSON object.
@@ -35,9 +35,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view raw(reinterpret_cast<const char*>(data), size);
   (void)detect_chat_template(raw);
   if (size < 2) return 0;
-  const ChatFamily families[] = {ChatFamily::kLlama2,  ChatFamily::kLlama3, ChatFamily::kChatML,
-                                 ChatFamily::kMistral, ChatFamily::kZephyr, ChatFamily::kGemma};
-  const ChatFamily family = families[data[0] % 6];
+  const ChatFamily families[] = {ChatFamily::kLlama2, ChatFamily::kLlama3, ChatFamily::kChatML, ChatFamily::kMistral,
+                                 ChatFamily::kZephyr, ChatFamily::kGemma,  ChatFamily::kDeepSeek};
+  const ChatFamily family = families[data[0] % 7];
   const bool add_generation_prompt = (data[1] & 1) != 0;
   std::vector<ChatMessage> messages;
   bool utf8 = true;
@@ -53,8 +53,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     messages.push_back({role, std::string(m)});
     if (messages.size() > 64) break;
   }
-  const ToolSyntax syntaxes[] = {ToolSyntax::kNone, ToolSyntax::kHermes, ToolSyntax::kLlama3, ToolSyntax::kMistral};
-  const ToolSyntax syntax = syntaxes[(data[1] >> 1) & 3];
+  const ToolSyntax syntaxes[] = {ToolSyntax::kNone, ToolSyntax::kHermes, ToolSyntax::kLlama3, ToolSyntax::kMistral,
+                                 ToolSyntax::kDeepSeek};
+  const ToolSyntax syntax = syntaxes[(((data[1] >> 1) & 3) | ((data[1] >> 2) & 4)) % 5];  // flag bits 1, 2 and 4
   const ReasoningSyntax reasoning = (data[1] & 8) != 0 ? ReasoningSyntax::kThink : ReasoningSyntax::kNone;
   {
     ChatOutputParser whole(syntax, reasoning, "w"), pieces(syntax, reasoning, "w");

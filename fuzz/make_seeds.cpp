@@ -181,11 +181,14 @@ void text_seeds() {
     }
   }
   // Chat conversations: family, flags, then role byte + content per message (0x1E between).
-  for (int family = 0; family < 6; ++family) {
+  for (int family = 0; family < 7; ++family) {
     const std::string conv = std::string(1, static_cast<char>(family)) + "\x01"s + "\x00You are terse."s + "\x1e"s +
                              "\x01Hi there "s + "\x1e"s + "\x02 Hello! "s + "\x1e"s + "\x01What is 2+2?"s;
     seed("chat_template", "family-" + std::to_string(family), conv);
   }
+  seed("chat_template", "deepseek-calls",
+       "\x06\x19"s + "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"a\": 1}<｜tool▁call▁end｜>"s + "\x1e"s +
+           "<｜tool▁call▁begin｜>function<｜tool▁sep｜>g\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"s);
   seed("chat_template", "jinja-llama3", "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>' %}<|eot_id|>");
 
   // OpenAI bodies (both parsers run on every input).

@@ -362,7 +362,7 @@ void register_serve(CLI::App& app, const Clock& clock, Logger& logger, int& exit
   cmd->add_option("--chat-template", options->chat_template,
                   "chat template family: " + server::chat_family_names() + " (default: from the model, else chatml)");
   cmd->add_option("--tool-parser", options->tool_parser,
-                  "tool-call syntax of replies: auto (from the chat template), hermes, llama3, mistral, none");
+                  "tool-call syntax of replies: auto (from the chat template), " + model::tool_syntax_names());
   cmd->add_option("--reasoning-parser", options->reasoning_parser,
                   "reasoning in replies: auto (think when the template has <think>), think, none");
   cmd->add_option("--model-name", options->model_name, "the model's name in the API (default: the file stem; the built-in model: its general.name)");

@@ -23,11 +23,14 @@ void abort_all(engine::ServingEngine& engine, const std::vector<engine::RequestI
 // tool_choice required / named: the reply starts inside a call, so a call it is (and, named,
 // that call): the opening of the template's call syntax ends the prompt. A think template
 // gets an empty think block first (no reasoning before a forced call).
+// DeepSeek's template thinks only when asked; its thinking prompt already opens the block.
 std::string HttpServer::forced_reply_start(const ApiRequest& api) const {
   if (!forces_tool_call(api)) return "";
   std::string out;
-  if (chat_template_.reasoning_syntax() == model::ReasoningSyntax::kThink && api.enable_thinking != false) {
-    out += "<think>\n\n</think>\n\n";
+  const bool deepseek = chat_template_.family() == model::ChatFamily::kDeepSeek;
+  if (chat_template_.reasoning_syntax() == model::ReasoningSyntax::kThink) {
+    if (deepseek && api.enable_thinking == true) out += "</think>";
+    if (!deepseek && api.enable_thinking != false) out += "<think>\n\n</think>\n\n";
   }
   const bool named = api.tool_choice == ToolChoice::kNamed;
   switch (chat_template_.tool_syntax()) {
@@ -35,6 +38,8 @@ std::string HttpServer::forced_reply_start(const ApiRequest& api) const {
       return out + "<tool_call>\n{\"name\": \"" + (named ? api.tool_choice_name + "\", \"arguments\": " : "");
     case model::ToolSyntax::kLlama3:
       return out + "{\"name\": \"" + (named ? api.tool_choice_name + "\", \"parameters\": " : "");
+    case model::ToolSyntax::kDeepSeek:
+      return out + "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>" + (named ? api.tool_choice_name + "<｜tool▁sep｜>" : "");
     default: return out;  // refused in chat_prompt
   }
 }
@@ -94,9 +99,10 @@ Result<std::shared_ptr<structured::CompiledGrammar>> HttpServer::reply_grammar(c
 // call is constrained too: the name (required: any tool's), its arguments by the tool's
 // parameters schema, and the syntax's closing.
 Result<std::shared_ptr<structured::CompiledGrammar>> HttpServer::call_grammar(const ApiRequest& api) {
-  const bool hermes = chat_template_.tool_syntax() == model::ToolSyntax::kHermes;
+  const model::ToolSyntax syntax = chat_template_.tool_syntax();
+  const bool hermes = syntax == model::ToolSyntax::kHermes, deepseek = syntax == model::ToolSyntax::kDeepSeek;
   const std::string args_key = hermes ? "arguments" : "parameters";
-  const std::string trail = hermes ? "}\n</tool_call>" : "}";
+  const std::string trail = hermes ? "}\n</tool_call>" : deepseek ? "<｜tool▁call▁end｜><｜tool▁calls▁end｜>" : "}";
   std::vector<structured::CallShape> calls;
   std::string key = std::string("call ") + model::tool_syntax_name(chat_template_.tool_syntax());
   for (size_t i = 0; i < api.tools.size(); ++i) {
@@ -104,7 +110,9 @@ Result<std::shared_ptr<structured::CompiledGrammar>> HttpServer::call_grammar(co
     if (api.tool_choice == ToolChoice::kNamed && t.name != api.tool_choice_name) continue;
     const nlohmann::ordered_json& fn = t.spec["function"];
     structured::CallShape shape;
-    shape.lead = api.tool_choice == ToolChoice::kNamed ? "" : t.name + "\", \"" + args_key + "\": ";
+    shape.lead = api.tool_choice == ToolChoice::kNamed ? ""
+                 : deepseek                              ? t.name + "<｜tool▁sep｜>"
+                                                         : t.name + "\", \"" + args_key + "\": ";
     shape.arguments_schema = fn.contains("parameters") && fn["parameters"].is_object()
                                  ? fn["parameters"]
                                  : nlohmann::ordered_json{{"type", "object"}};

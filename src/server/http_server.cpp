@@ -160,7 +160,9 @@ ResponseMeta HttpServer::meta_for(const ApiRequest& api) {
     meta.tool_syntax = calls ? chat_template_.tool_syntax() : model::ToolSyntax::kNone;
     meta.reasoning = chat_template_.reasoning_syntax();
     meta.parallel_tool_calls = api.parallel_tool_calls;
-    meta.forced_prefix = forced_reply_start(api);
+    model::ChatRenderOptions options;
+    options.enable_thinking = api.enable_thinking;
+    meta.forced_prefix = chat_template_.reply_opening(options) + forced_reply_start(api);
     meta.marker_token = marker_token_;
     meta.marker_text = marker_text_;
   }

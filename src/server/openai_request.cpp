@@ -470,13 +470,16 @@ void read_tools(FieldReader& r, const nlohmann::ordered_json& ordered, ApiReques
   if (const json* kwargs = r.get("chat_template_kwargs")) {
     if (!kwargs->is_object()) return r.fail("chat_template_kwargs", "must be an object");
     for (auto it = kwargs->begin(); it != kwargs->end(); ++it) {
-      if (it.key() == "enable_thinking" && it->is_boolean()) {
+      // `thinking` is DeepSeek-V3.1's name for the same switch.
+      const bool thinking_key = it.key() == "enable_thinking" || it.key() == "thinking";
+      if (thinking_key && it->is_boolean()) {
         req.enable_thinking = it->get<bool>();
-      } else if (it.key() == "enable_thinking") {
-        return r.fail("chat_template_kwargs.enable_thinking", "must be a boolean");
+      } else if (thinking_key) {
+        return r.fail("chat_template_kwargs." + it.key(), "must be a boolean");
       } else {
         // Templates are C++ here (model/text/chat_template.h): a variable they do not read would be ignored.
-        return r.fail("chat_template_kwargs." + it.key(), "is not a variable of Pagoda's templates (enable_thinking is)");
+        return r.fail("chat_template_kwargs." + it.key(),
+                      "is not a variable of Pagoda's templates (enable_thinking, or thinking, is)");
       }
     }
   }

@@ -107,21 +107,23 @@ TEST(ChatTemplate, DetectsFamiliesFromJinjaSource) {
   EXPECT_EQ(detect_chat_template("{{ bos_token }}{{ '[INST] ' + message['content'] + ' [/INST]' }}"), ChatFamily::kMistral);
   EXPECT_EQ(detect_chat_template("{{ '<|user|>\\n' }}{{ '<|assistant|>' }}"), ChatFamily::kZephyr);
   EXPECT_EQ(detect_chat_template("<start_of_turn>' + role"), ChatFamily::kGemma);
+  EXPECT_EQ(detect_chat_template("{{'<｜User｜>' + message['content']}}{{'<｜Assistant｜><think>'}}"), ChatFamily::kDeepSeek);
   EXPECT_EQ(detect_chat_template(""), std::nullopt);
   EXPECT_EQ(detect_chat_template("{{ messages[0].content }}"), std::nullopt);
 }
 
 TEST(ChatTemplate, NamesRoundTripAndEndOfTurn) {
   for (ChatFamily f : {ChatFamily::kLlama2, ChatFamily::kLlama3, ChatFamily::kChatML, ChatFamily::kMistral,
-                       ChatFamily::kZephyr, ChatFamily::kGemma}) {
+                       ChatFamily::kZephyr, ChatFamily::kGemma, ChatFamily::kDeepSeek}) {
     EXPECT_EQ(chat_family_from_name(chat_family_name(f)), f);
   }
   EXPECT_EQ(chat_family_from_name("vicuna"), std::nullopt);
-  EXPECT_EQ(chat_family_names(), "llama2, llama3, chatml, mistral, zephyr, gemma");
+  EXPECT_EQ(chat_family_names(), "llama2, llama3, chatml, mistral, zephyr, gemma, deepseek");
   EXPECT_EQ(make(ChatFamily::kLlama3).end_of_turn(), "<|eot_id|>");
   EXPECT_EQ(make(ChatFamily::kChatML).end_of_turn(), "<|im_end|>");
   EXPECT_EQ(make(ChatFamily::kGemma).end_of_turn(), "<end_of_turn>");
   EXPECT_EQ(make(ChatFamily::kLlama2).end_of_turn(), "</s>");
+  EXPECT_EQ(make(ChatFamily::kDeepSeek).end_of_turn(), "</s>");  // its EOS, <｜end▁of▁sentence｜> in DeepSeek's vocabulary
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Conversations with tools rendered as Qwen 3's and Llama 3.1's own templates render them: the
+// Conversations with tools rendered as Qwen 3's, Llama 3.1's and DeepSeek-V3.1's own templates
+// render them (DeepSeek's with its documented tools section in the system prompt): the
 // expected texts in tests/data/chat_tools_reference.json come from Jinja over those templates
 // (tests/model/chat_tools_reference.py); and a rendered call parses back into the same call.
 #include <gtest/gtest.h>
@@ -61,9 +62,12 @@ TEST(ChatTemplateTools, HermesAndLlama3RenderAsTheirReferenceTemplates) {
   hermes.set_syntax(ToolSyntax::kHermes, ReasoningSyntax::kThink);
   ChatTemplate llama3(ChatFamily::kLlama3, "<|begin_of_text|>", "<|eot_id|>");
   llama3.set_syntax(ToolSyntax::kLlama3, ReasoningSyntax::kNone);
+  ChatTemplate deepseek(ChatFamily::kDeepSeek, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>");
+  deepseek.set_syntax(ToolSyntax::kDeepSeek, ReasoningSyntax::kThink);
   int compared = 0;
   for (const auto& [name, messages] : conversations()) {
-    for (const auto& [family, chat] : {std::pair<std::string, const ChatTemplate*>{"hermes", &hermes}, {"llama3", &llama3}}) {
+    for (const auto& [family, chat] : {std::pair<std::string, const ChatTemplate*>{"hermes", &hermes}, {"llama3", &llama3},
+                                       {"deepseek", &deepseek}}) {
       const std::string key = family + "/" + name;
       if (!want.contains(key)) continue;
       SCOPED_TRACE(key);
@@ -73,12 +77,30 @@ TEST(ChatTemplateTools, HermesAndLlama3RenderAsTheirReferenceTemplates) {
       ++compared;
     }
   }
-  EXPECT_EQ(compared, 7);
+  EXPECT_EQ(compared, 11);
   ChatRenderOptions nothink;
   nothink.enable_thinking = false;
   auto got = hermes.render(conversations()["nosystem"], true, nothink);
   ASSERT_TRUE(got.is_ok());
   EXPECT_EQ(*got, want["hermes/nothink"].get<std::string>());
+  // DeepSeek: thinking opens the block; answered turns drop earlier reasoning.
+  ChatRenderOptions think;
+  think.enable_thinking = true;
+  got = deepseek.render(conversations()["nosystem"], true, think);
+  ASSERT_TRUE(got.is_ok());
+  EXPECT_EQ(*got, want["deepseek/think"].get<std::string>());
+  EXPECT_EQ(deepseek.reply_opening(think), "<think>");
+  EXPECT_EQ(deepseek.reply_opening(nothink), "");
+  EXPECT_EQ(hermes.reply_opening(think), "");
+  std::vector<ChatMessage> answered = conversations()["loop"];
+  for (const auto& [role, content] : std::vector<std::pair<std::string, std::string>>{
+           {"assistant", "3 degrees."}, {"user", "Thanks."}, {"assistant", "<think>ok</think>You're welcome."},
+           {"user", "Bye."}}) {
+    answered.push_back(msg(role, content));
+  }
+  got = deepseek.render(answered, true, {});
+  ASSERT_TRUE(got.is_ok()) << got.status().message();
+  EXPECT_EQ(*got, want["deepseek/turns"].get<std::string>());
 }
 
 TEST(ChatTemplateTools, FamiliesWithoutToolSyntaxRefuse) {
@@ -110,6 +132,10 @@ TEST(ChatTemplateTools, SyntaxFollowsTheTemplate) {
   EXPECT_EQ(tool_syntax_for(ChatFamily::kMistral, "x", true), ToolSyntax::kMistral);
   EXPECT_EQ(tool_syntax_for(ChatFamily::kMistral, "x", false), ToolSyntax::kNone);
   EXPECT_EQ(tool_syntax_for(ChatFamily::kGemma, "x", true), ToolSyntax::kNone);
+  EXPECT_EQ(tool_syntax_for(ChatFamily::kDeepSeek, "x", false), ToolSyntax::kDeepSeek);
+  EXPECT_EQ(detect_chat_template("{{'<｜User｜>' + content}}{{'<｜Assistant｜>'}}"), ChatFamily::kDeepSeek);
+  EXPECT_EQ(chat_family_from_name("deepseek"), ChatFamily::kDeepSeek);
+  EXPECT_EQ(tool_syntax_from_name("deepseek"), ToolSyntax::kDeepSeek);
   EXPECT_EQ(reasoning_syntax_for("{{ '<think>\\n' }} ... </think>"), ReasoningSyntax::kThink);
   EXPECT_EQ(reasoning_syntax_for("<|im_start|>"), ReasoningSyntax::kNone);
 }
@@ -119,9 +145,12 @@ TEST(ChatTemplateTools, RenderedCallsParseBack) {
   const std::vector<ChatTool> offered = tools();
   ChatRenderOptions options;
   options.tools = &offered;
-  for (ToolSyntax syntax : {ToolSyntax::kHermes, ToolSyntax::kLlama3}) {
-    const bool hermes = syntax == ToolSyntax::kHermes;
-    ChatTemplate chat(hermes ? ChatFamily::kChatML : ChatFamily::kLlama3, "", "");
+  for (ToolSyntax syntax : {ToolSyntax::kHermes, ToolSyntax::kLlama3, ToolSyntax::kDeepSeek}) {
+    const bool hermes = syntax == ToolSyntax::kHermes, deepseek = syntax == ToolSyntax::kDeepSeek;
+    ChatTemplate chat(hermes     ? ChatFamily::kChatML
+                      : deepseek ? ChatFamily::kDeepSeek
+                                 : ChatFamily::kLlama3,
+                      "", deepseek ? "<｜end▁of▁sentence｜>" : "");
     chat.set_syntax(syntax, ReasoningSyntax::kNone);
     ChatMessage call = msg("assistant", "");
     call.tool_calls = {{"x", "get_weather", R"({"city": "Zürich", "unit": "c"})"}};
@@ -130,7 +159,7 @@ TEST(ChatTemplateTools, RenderedCallsParseBack) {
     ASSERT_TRUE(with.is_ok() && without.is_ok());
     ASSERT_EQ(with->compare(0, without->size(), *without), 0);
     std::string reply = with->substr(without->size());
-    reply = reply.substr(0, reply.find(hermes ? "<|im_end|>" : "<|eot_id|>"));
+    reply = reply.substr(0, reply.find(hermes ? "<|im_end|>" : deepseek ? "<｜end▁of▁sentence｜>" : "<|eot_id|>"));
     ChatOutputParser parser(syntax, ReasoningSyntax::kNone, "t");
     ChatDelta d;
     parser.push(reply, d);

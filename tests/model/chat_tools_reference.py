@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Renders conversations with tools through the reference Hugging Face templates that llama.cpp's
 sources ship (models/templates/ in the clone bench/peer/build_native.sh makes: Qwen3-0.6B,
-Llama-3.1-8B-Instruct), with Jinja as transformers' apply_chat_template does, and prints the JSON
+Llama-3.1-8B-Instruct, DeepSeek-V3.1), with Jinja as transformers' apply_chat_template does, and prints the JSON
 chat_template_tools_test.cpp compares with. Run:
   python3 tests/model/chat_tools_reference.py [CLONE] > tests/data/chat_tools_reference.json"""
 import datetime
@@ -10,8 +10,10 @@ import sys
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 CLONE = sys.argv[1] if len(sys.argv) > 1 else "/work/cache/llama.cpp"
-TEMPLATES = {"hermes": "Qwen-Qwen3-0.6B.jinja", "llama3": "meta-llama-Llama-3.1-8B-Instruct.jinja"}
-TOKENS = {"hermes": ("", "<|im_end|>"), "llama3": ("<|begin_of_text|>", "<|eot_id|>")}
+TEMPLATES = {"hermes": "Qwen-Qwen3-0.6B.jinja", "llama3": "meta-llama-Llama-3.1-8B-Instruct.jinja",
+             "deepseek": "deepseek-ai-DeepSeek-V3.1.jinja"}
+TOKENS = {"hermes": ("", "<|im_end|>"), "llama3": ("<|begin_of_text|>", "<|eot_id|>"),
+          "deepseek": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>")}
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city, now.",
@@ -46,6 +48,25 @@ env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extens
 env.filters["tojson"] = tojson
 env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = lambda fmt: datetime.datetime(2024, 7, 26).strftime(fmt)
+
+def deepseek_tools_system(messages, tools):
+    """DeepSeek-V3.1's template renders no tools: its model card's "## Tools" section goes after
+    the system prompt, which the template then prints first."""
+    section = "## Tools\nYou have access to the following tools:\n"
+    for t in tools:
+        f = t["function"]
+        section += (f"\n### {f['name']}\nDescription: {f.get('description', '')}\n\n"
+                    f"Parameters: {json.dumps(f.get('parameters', {}), ensure_ascii=False)}\n")
+    section += ("\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments"
+                "<｜tool▁call▁end｜>{{additional_tool_calls}}<｜tool▁calls▁end｜>\n\nWhere:\n\n"
+                "- `tool_call_name` must be an exact match to one of the available tools\n"
+                "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+                "- For multiple tool calls, chain them directly without separators or spaces\n")
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    rest = [m for m in messages if m["role"] != "system"]
+    return [{"role": "system", "content": (system + "\n\n" if system else "") + section}] + rest
+
 out = {}
 for family, name in TEMPLATES.items():
     template = env.from_string(open(f"{CLONE}/models/templates/{name}").read())
@@ -53,9 +74,20 @@ for family, name in TEMPLATES.items():
     for conv, (messages, tools) in CONVERSATIONS.items():
         if family == "llama3" and conv == "twocalls":
             continue  # its template takes one call per message
+        if family == "deepseek":
+            messages, tools = deepseek_tools_system(messages, tools), None
         out[f"{family}/{conv}"] = template.render(messages=messages, tools=tools, bos_token=bos, eos_token=eos,
                                                  add_generation_prompt=True)
     if family == "hermes":
         out["hermes/nothink"] = template.render(messages=CONVERSATIONS["nosystem"][0], bos_token=bos, eos_token=eos,
                                                 add_generation_prompt=True, enable_thinking=False)
+    if family == "deepseek":
+        out["deepseek/think"] = template.render(messages=CONVERSATIONS["nosystem"][0], bos_token=bos, eos_token=eos,
+                                                add_generation_prompt=True, thinking=True)
+        answered = CONVERSATIONS["loop"][0] + [{"role": "assistant", "content": "3 degrees."},
+                                               {"role": "user", "content": "Thanks."},
+                                               {"role": "assistant", "content": "<think>ok</think>You're welcome."},
+                                               {"role": "user", "content": "Bye."}]
+        out["deepseek/turns"] = template.render(messages=answered, bos_token=bos, eos_token=eos,
+                                                add_generation_prompt=True)
 print(json.dumps(out, indent=1, ensure_ascii=False))

@@ -4,6 +4,12 @@
 // round trip, reasoning_content with its token count, and clear 400s.
 #include "server/http_server.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "hf_writer.h"
+#include "model/text/hf_tokenizer.h"
 #include "server_fixture.h"
 
 namespace pagoda::testing {
@@ -177,6 +183,70 @@ TEST_F(ChatToolsTest, ClearErrors) {
   bad({{"prompt", "x"}, {"tools", kTools}}, "");  // not on /v1/completions: posted to chat here, so "messages" is missing
   auto completions = post("/v1/completions", {{"prompt", "x"}, {"tools", kTools}});
   EXPECT_EQ(completions->status, 400);
+}
+
+// DeepSeek-V3.1's template: thinking on (its `thinking` kwarg) opens <think> in the prompt, so
+// the reply's reasoning has no opening tag; calls in its syntax; a named tool_choice ends the
+// prompt inside that call; tool results round-trip as tool outputs.
+TEST_F(ChatToolsTest, DeepSeekThinkingCallsAndNamedChoice) {
+  tool_syntax_ = model::ToolSyntax::kDeepSeek;
+  reasoning_syntax_ = model::ReasoningSyntax::kThink;
+  context_ = 4096;
+  // A byte-level vocabulary, as DeepSeek's is: stories260K's SentencePiece decodes ▁ as a space.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pagoda-deepseek-tok-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  write_byte_level_tokenizer(dir.string());
+  auto hf = model::load_hf_tokenizer(dir.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(hf.is_ok()) << hf.status().message();
+  tokenizer_ = std::make_shared<const model::Tokenizer>(std::move(hf->tokenizer));
+  start({}, 8, server::ChatFamily::kDeepSeek);
+  reply("which city</think>Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Oslo\"}"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+  auto r = post("/v1/chat/completions",
+                {{"messages", {user("Weather?")}}, {"tools", kTools}, {"chat_template_kwargs", {{"thinking", true}}}});
+  ASSERT_EQ(r->status, 200) << r->body;
+  json choice = json::parse(r->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["reasoning_content"], "which city");
+  EXPECT_EQ(choice["message"]["content"], "Checking.");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Oslo"}}));
+  std::string prompt = last_prompt();
+  EXPECT_NE(prompt.find("## Tools\nYou have access to the following tools:\n\n### get_weather\nDescription: Weather now"),
+            std::string::npos) << prompt;
+  const std::string opened = "<｜User｜>Weather?<｜Assistant｜><think>";
+  EXPECT_EQ(prompt.substr(prompt.size() - opened.size()), opened);
+  // Named, thinking off (the template's default): the prompt ends inside the call.
+  reply("{\"city\": \"Lima\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  r = post("/v1/chat/completions", {{"messages", {user("x")}}, {"tools", kTools}, {"tool_choice", named}});
+  ASSERT_EQ(r->status, 200) << r->body;
+  choice = json::parse(r->body)["choices"][0];
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r->body;
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Lima"}}));
+  prompt = last_prompt();
+  const std::string forced = "<｜Assistant｜><think></think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>";
+  EXPECT_EQ(prompt.substr(prompt.size() - forced.size()), forced) << prompt;
+  // The call and its result round-trip into the next prompt.
+  reply("Sunny.");
+  const json messages = {user("Weather?"),
+                         {{"role", "assistant"}, {"content", nullptr},
+                          {"tool_calls", {{{"id", "call_9"}, {"type", "function"},
+                                           {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Oslo\"}"}}}}}}},
+                         {{"role", "tool"}, {"tool_call_id", "call_9"}, {"content", "sunny, 3 C"}}};
+  r = post("/v1/chat/completions", {{"messages", messages}, {"tools", kTools}});
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], "Sunny.");
+  prompt = last_prompt();
+  const std::string tail = "<｜User｜>Weather?<｜Assistant｜><think></think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather"
+                           "<｜tool▁sep｜>{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜></s>"
+                           "<｜tool▁output▁begin｜>sunny, 3 C<｜tool▁output▁end｜>";
+  EXPECT_EQ(prompt.substr(prompt.size() - tail.size()), tail) << prompt;
 }
 
 TEST_F(ChatToolsTest, TemplatesWithoutToolSyntaxRefuseTools) {

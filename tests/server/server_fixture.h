@@ -80,7 +80,7 @@ class ServerTest : public ::testing::Test {
 
   void start(server::ServerConfig config = {}, size_t max_waiting = 8,
              server::ChatFamily family = server::ChatFamily::kChatML) {
-    tokenizer_ = stories_tokenizer();
+    if (!tokenizer_) tokenizer_ = stories_tokenizer();  // a test may set its own first
     engine_ = std::make_unique<FakeServingEngine>(tokenizer_, context_, max_waiting);
     engine_->start();
     config.host = "127.0.0.1";

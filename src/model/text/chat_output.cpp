@@ -17,6 +17,11 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kDeepSeekOpen = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view kDeepSeekClose = "<｜tool▁calls▁end｜>";
+constexpr std::string_view kDeepSeekCallBegin = "<｜tool▁call▁begin｜>";
+constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
+constexpr std::string_view kDeepSeekCallEnd = "<｜tool▁call▁end｜>";
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -73,6 +78,7 @@ size_t ChatOutputParser::find_opener(std::string_view text, size_t& length) cons
     case ToolSyntax::kHermes: opener = kHermesOpen; break;
     case ToolSyntax::kMistral: opener = kMistralOpen; break;
     case ToolSyntax::kLlama3: opener = kPythonTag; break;
+    case ToolSyntax::kDeepSeek: opener = kDeepSeekOpen; break;
     case ToolSyntax::kNone: return std::string_view::npos;
   }
   length = opener.size();
@@ -135,6 +141,32 @@ bool ChatOutputParser::parse_calls(std::string_view payload, std::vector<ChatToo
         if (!one(v, v.is_object() && v.contains("parameters") ? "parameters" : "arguments")) return false;
         begin = end == payload.size() ? end : end + 1;
         while (begin < payload.size() && is_space(payload[begin])) ++begin;
+      }
+      if (found.empty()) return false;
+      break;
+    }
+    case ToolSyntax::kDeepSeek: {
+      // <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{args}<｜tool▁call▁end｜>, repeated (V3.1), or
+      // <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{args}\n```<｜tool▁call▁end｜> (V3, R1).
+      while (!payload.empty()) {
+        if (payload.substr(0, kDeepSeekCallBegin.size()) != kDeepSeekCallBegin) return false;
+        payload.remove_prefix(kDeepSeekCallBegin.size());
+        const size_t sep = payload.find(kDeepSeekSep), end = payload.find(kDeepSeekCallEnd);
+        if (sep == std::string_view::npos || end == std::string_view::npos || sep > end) return false;
+        std::string_view name = trim(payload.substr(0, sep));
+        std::string_view body = trim(payload.substr(sep + kDeepSeekSep.size(), end - sep - kDeepSeekSep.size()));
+        payload = trim(payload.substr(end + kDeepSeekCallEnd.size()));
+        if (name == "function") {
+          const size_t nl = body.find('\n');
+          if (nl == std::string_view::npos) return false;
+          name = trim(body.substr(0, nl));
+          body = trim(body.substr(nl + 1));
+          if (body.substr(0, 7) == "```json") body.remove_prefix(7);
+          if (body.size() >= 3 && body.substr(body.size() - 3) == "```") body.remove_suffix(3);
+          body = trim(body);
+        }
+        const ojson args = ojson::parse(body, nullptr, false);
+        if (!args.is_object() || !add_call(std::string(name), args.dump(), found)) return false;
       }
       if (found.empty()) return false;
       break;
@@ -209,7 +241,7 @@ void ChatOutputParser::run(ChatDelta& out, bool final) {
           out.content.append(pending_, 0, at);
           opener_ = pending_.substr(at, length);
           pending_.erase(0, at + length);
-          state_ = tools_ == ToolSyntax::kHermes ? State::kCall : State::kCallToEnd;
+          state_ = tools_ == ToolSyntax::kHermes || tools_ == ToolSyntax::kDeepSeek ? State::kCall : State::kCallToEnd;
           continue;
         }
         const size_t keep = final ? 0 : length;
@@ -218,20 +250,23 @@ void ChatOutputParser::run(ChatDelta& out, bool final) {
         return;
       }
       case State::kCall: {
-        const size_t at = pending_.find(kHermesClose);
+        const std::string_view close = tools_ == ToolSyntax::kDeepSeek ? kDeepSeekClose : kHermesClose;
+        const size_t at = pending_.find(close);
         if (at != std::string::npos) {
           const std::string payload = pending_.substr(0, at);
           if (parse_calls(payload, out.calls)) {
             after_call_ = true;
           } else {
-            out.content += opener_ + payload + std::string(kHermesClose);
+            out.content += opener_ + payload + std::string(close);
           }
-          pending_.erase(0, at + kHermesClose.size());
+          pending_.erase(0, at + close.size());
           state_ = State::kContent;
           continue;
         }
         if (final) {
-          out.content += opener_ + pending_;  // unterminated: text, as written
+          // Unterminated: text, as written (a deepseek block whose calls all closed is kept:
+          // the end-of-sentence token may stop the reply before <｜tool▁calls▁end｜>).
+          if (tools_ != ToolSyntax::kDeepSeek || !parse_calls(pending_, out.calls)) out.content += opener_ + pending_;
           pending_.clear();
         }
         return;

@@ -6,13 +6,16 @@
 //              tool opener -> call, anything else -> content
 //   reasoning  until "</think>"; the newlines right after it are dropped
 //   content    until a tool opener (hermes "<tool_call>", mistral "[TOOL_CALLS]", llama3
-//              "<|python_tag|>"); llama3 also treats a reply that starts with '{' as a call
-//   call       hermes: until "</tool_call>", then back to content (whitespace between calls is
-//              dropped); mistral, llama3: everything to the end of the reply
+//              "<|python_tag|>", deepseek "<｜tool▁calls▁begin｜>"); llama3 also treats a reply
+//              that starts with '{' as a call
+//   call       hermes: until "</tool_call>", deepseek: until "<｜tool▁calls▁end｜>", then back
+//              to content (whitespace between calls is dropped); mistral, llama3: everything to
+//              the end of the reply
 // A text that could still grow into a marker is held back (never more than the longest marker),
 // so streamed content never shows half a marker. A call whose JSON does not parse, or lacks a
 // name, comes back as content with its markers, never as a call and never as an error. An
-// unterminated <think> is all reasoning; an unterminated hermes call is content.
+// unterminated <think> is all reasoning; an unterminated hermes call is content, an
+// unterminated deepseek block its calls if every one of them closed, else content.
 //
 // Calls get ids "call_<prefix>_<k>" (k from 0 per reply); arguments are compact JSON text.
 #pragma once

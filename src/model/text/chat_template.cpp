@@ -7,13 +7,14 @@ namespace pagoda::model {
 
 namespace {
 
-constexpr std::array<std::pair<ChatFamily, const char*>, 6> kNames = {{
+constexpr std::array<std::pair<ChatFamily, const char*>, 7> kNames = {{
     {ChatFamily::kLlama2, "llama2"},
     {ChatFamily::kLlama3, "llama3"},
     {ChatFamily::kChatML, "chatml"},
     {ChatFamily::kMistral, "mistral"},
     {ChatFamily::kZephyr, "zephyr"},
     {ChatFamily::kGemma, "gemma"},
+    {ChatFamily::kDeepSeek, "deepseek"},
 }};
 
 bool contains(std::string_view text, std::string_view needle) { return text.find(needle) != std::string_view::npos; }
@@ -82,6 +83,7 @@ std::optional<ChatFamily> detect_chat_template(std::string_view t) {
   if (contains(t, "<|im_start|>")) return ChatFamily::kChatML;
   if (contains(t, "<|start_header_id|>") && contains(t, "<|end_header_id|>")) return ChatFamily::kLlama3;
   if (contains(t, "<start_of_turn>")) return ChatFamily::kGemma;
+  if (contains(t, "<｜User｜>") && contains(t, "<｜Assistant｜>")) return ChatFamily::kDeepSeek;
   if (contains(t, "[INST]")) return contains(t, "<<SYS>>") ? ChatFamily::kLlama2 : ChatFamily::kMistral;
   if (contains(t, "<|user|>") && contains(t, "<|assistant|>")) return ChatFamily::kZephyr;
   return std::nullopt;
@@ -90,6 +92,12 @@ std::optional<ChatFamily> detect_chat_template(std::string_view t) {
 ChatTemplate::ChatTemplate(ChatFamily family, std::string bos_token, std::string eos_token)
     : family_(family), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {}
 
+std::string ChatTemplate::reply_opening(const ChatRenderOptions& options) const {
+  const bool thinks = family_ == ChatFamily::kDeepSeek && reasoning_syntax_ == ReasoningSyntax::kThink &&
+                      options.enable_thinking == true;
+  return thinks ? "<think>" : "";
+}
+
 std::string ChatTemplate::end_of_turn() const {
   switch (family_) {
     case ChatFamily::kLlama3: return "<|eot_id|>";
@@ -97,6 +105,7 @@ std::string ChatTemplate::end_of_turn() const {
     case ChatFamily::kGemma: return "<end_of_turn>";
     case ChatFamily::kLlama2:
     case ChatFamily::kMistral:
+    case ChatFamily::kDeepSeek:
     case ChatFamily::kZephyr: return eos_;
   }
   return eos_;
@@ -107,6 +116,7 @@ ToolSyntax tool_syntax_for(ChatFamily family, std::string_view jinja, bool vocab
     case ChatFamily::kChatML: return jinja.empty() || contains(jinja, "<tool_call>") ? ToolSyntax::kHermes : ToolSyntax::kNone;
     case ChatFamily::kLlama3: return ToolSyntax::kLlama3;
     case ChatFamily::kMistral: return vocab_has_tool_calls_token ? ToolSyntax::kMistral : ToolSyntax::kNone;
+    case ChatFamily::kDeepSeek: return ToolSyntax::kDeepSeek;
     default: return ToolSyntax::kNone;
   }
 }
@@ -125,6 +135,16 @@ Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& message
     return Status::invalid_argument("chat_template_kwargs.enable_thinking: this model's chat template does not think");
   }
   std::string out;
+  if (family_ == ChatFamily::kDeepSeek) {
+    if ((with_tools || tool_messages) && tool_syntax_ != ToolSyntax::kDeepSeek) {
+      return Status::invalid_argument(std::string(with_tools ? "tools" : "messages") +
+                                      ": the deepseek chat template renders tool calls in the deepseek syntax only "
+                                      "(--tool-parser deepseek)");
+    }
+    PAGODA_ASSIGN_OR_RETURN(out, render_deepseek(messages, add_generation_prompt, options));
+    if (add_generation_prompt) out += options.assistant_prefix;
+    return out;
+  }
   if (with_tools || tool_messages) {
     if (tool_syntax_ == ToolSyntax::kHermes && family_ == ChatFamily::kChatML) {
       PAGODA_ASSIGN_OR_RETURN(out, render_hermes(messages, add_generation_prompt, options));
@@ -133,8 +153,8 @@ Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& message
     } else {
       return Status::invalid_argument(std::string(with_tools ? "tools" : "messages") + ": this model's chat template (" +
                                       chat_family_name(family_) + ", tool syntax " + tool_syntax_name(tool_syntax_) +
-                                      ") has no tool calling Pagoda renders (hermes on chatml, llama3 on llama3; "
-                                      "--tool-parser picks the syntax)");
+                                      ") has no tool calling Pagoda renders (hermes on chatml, llama3 on llama3, "
+                                      "deepseek on deepseek; --tool-parser picks the syntax)");
     }
   } else {
     PAGODA_ASSIGN_OR_RETURN(out, render_plain(messages, add_generation_prompt));
@@ -152,6 +172,7 @@ Result<std::string> ChatTemplate::render_plain(const std::vector<ChatMessage>& m
     case ChatFamily::kLlama2: return render_llama2(messages);
     case ChatFamily::kMistral: return render_mistral(messages);
     case ChatFamily::kGemma: return render_gemma(messages, add_generation_prompt);
+    case ChatFamily::kDeepSeek: return render_deepseek(messages, add_generation_prompt, {});
     case ChatFamily::kLlama3:
       // {% set content = '<|start_header_id|>' + role + '<|end_header_id|>\n\n' + content | trim
       // + '<|eot_id|>' %}, bos_token before the first.

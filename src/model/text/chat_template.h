@@ -11,6 +11,12 @@
 //   zephyr   <|{role}|>\n{content}</s>\n ...
 //   gemma    <bos><start_of_turn>{user|model}\n{content}<end_of_turn>\n ... (system: prepended
 //            to the first user message, separated by a blank line)
+//   deepseek <｜begin▁of▁sentence｜>{system}<｜User｜>{user}<｜Assistant｜><think></think>{reply}
+//            <｜end▁of▁sentence｜> ... (DeepSeek-V3.1's template: every system message first,
+//            joined by blank lines; tool results as <｜tool▁output▁begin｜>...<｜tool▁output▁end｜>;
+//            thinking on (chat_template_kwargs) opens <think> instead of an empty block; offered
+//            tools go after the system prompt in the "## Tools" form DeepSeek documents for V3.1,
+//            which its template leaves to the caller)
 //
 // Detection (detect_chat_template) looks for each family's marker tokens in the GGUF's
 // tokenizer.chat_template string, as llama.cpp does. A model without a template, or with one
@@ -32,7 +38,7 @@
 
 namespace pagoda::model {
 
-enum class ChatFamily { kLlama2, kLlama3, kChatML, kMistral, kZephyr, kGemma };
+enum class ChatFamily { kLlama2, kLlama3, kChatML, kMistral, kZephyr, kGemma, kDeepSeek };
 
 struct ChatMessage {
   ChatMessage() = default;
@@ -53,7 +59,7 @@ struct ChatRenderOptions {
 
 const char* chat_family_name(ChatFamily family);
 std::optional<ChatFamily> chat_family_from_name(std::string_view name);  // "llama2", ... "gemma"
-std::string chat_family_names();  // "llama2, llama3, chatml, mistral, zephyr, gemma"
+std::string chat_family_names();  // "llama2, llama3, chatml, mistral, zephyr, gemma, deepseek"
 // Python's str.strip() / Jinja's trim over ASCII whitespace (what templates do to contents).
 std::string strip(std::string_view s);
 
@@ -89,6 +95,9 @@ class ChatTemplate {
   ReasoningSyntax reasoning_syntax() const { return reasoning_syntax_; }
 
   ChatFamily family() const { return family_; }
+  // What the rendered prompt ends with that belongs to the reply as a parser reads it: "<think>"
+  // when a deepseek template thinks (its generation prompt opens the block), else "".
+  std::string reply_opening(const ChatRenderOptions& options) const;
   // The text that closes an assistant turn ("</s>", "<|eot_id|>", "<|im_end|>", ...).
   std::string end_of_turn() const;
 
@@ -102,6 +111,8 @@ class ChatTemplate {
                                     const ChatRenderOptions& options) const;
   Result<std::string> render_llama3_tools(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                           const ChatRenderOptions& options) const;
+  Result<std::string> render_deepseek(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                      const ChatRenderOptions& options) const;
 
   ChatFamily family_;
   ToolSyntax tool_syntax_ = ToolSyntax::kNone;

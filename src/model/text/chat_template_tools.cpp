@@ -4,6 +4,8 @@
 //   llama3  Llama 3.1's template with tools_in_user_message (its default): an ipython
 //           environment in the system turn, the tools as indented JSON in the first user turn,
 //           calls as {"name": ..., "parameters": ...}, results in ipython turns
+//   deepseek DeepSeek-V3.1's template (chat_template.h), the tools in the "## Tools" section
+//           DeepSeek documents for V3.1, after the system prompt
 // Call arguments are rendered as the JSON object they hold, printed as Jinja's tojson prints
 // it (vLLM turns the OpenAI argument strings into objects before templating, too).
 #include "model/text/chat_template.h"
@@ -106,6 +108,73 @@ Result<std::string> ChatTemplate::render_llama3_tools(const std::vector<ChatMess
     }
   }
   if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+// DeepSeek-V3.1 (models/templates/deepseek-ai-DeepSeek-V3.1.jinja in llama.cpp's sources):
+// the system messages first, then the turns; an assistant turn right after a user turn opens
+// with <｜Assistant｜> and an empty think block; a tool result is not a turn of its own, and
+// after one the next assistant text follows directly.
+Result<std::string> ChatTemplate::render_deepseek(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                                  const ChatRenderOptions& options) const {
+  std::string system;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") system += (system.empty() ? "" : "\n\n") + m.content;
+  }
+  if (options.tools != nullptr && !options.tools->empty()) {
+    if (!system.empty()) system += "\n\n";
+    system += "## Tools\nYou have access to the following tools:\n";
+    for (const ChatTool& t : *options.tools) {
+      const ojson& fn = t.spec["function"];
+      system += "\n### " + t.name + "\nDescription: " +
+                (fn.contains("description") && fn["description"].is_string() ? fn["description"].get<std::string>() : "") +
+                "\n\nParameters: " + python_json(fn.contains("parameters") ? fn["parameters"] : ojson::object()) + "\n";
+    }
+    system += "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+              "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments"
+              "<｜tool▁call▁end｜>{{additional_tool_calls}}<｜tool▁calls▁end｜>\n\nWhere:\n\n"
+              "- `tool_call_name` must be an exact match to one of the available tools\n"
+              "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+              "- For multiple tool calls, chain them directly without separators or spaces\n";
+  }
+  std::string out = bos_ + system;
+  bool last_user = false, after_tool = false;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "user") {
+      after_tool = false;
+      last_user = true;
+      out += "<｜User｜>" + m.content;
+    } else if (m.role == "assistant") {
+      if (last_user) out += "<｜Assistant｜><think></think>";
+      last_user = false;
+      if (!m.tool_calls.empty()) {
+        after_tool = false;
+        out += m.content + "<｜tool▁calls▁begin｜>";
+        for (const ChatToolCall& call : m.tool_calls) {
+          PAGODA_ASSIGN_OR_RETURN(std::string args, arguments_json(call, i));
+          out += "<｜tool▁call▁begin｜>" + call.name + "<｜tool▁sep｜>" + args + "<｜tool▁call▁end｜>";
+        }
+        out += "<｜tool▁calls▁end｜>" + eos_;
+      } else if (after_tool) {
+        after_tool = false;
+        out += m.content + eos_;
+      } else {
+        const size_t think_end = m.content.find("</think>");  // earlier reasoning is not resent
+        out += (think_end == std::string::npos ? m.content : m.content.substr(think_end + 8)) + eos_;
+      }
+    } else if (m.role == "tool") {
+      last_user = false;
+      after_tool = true;
+      out += "<｜tool▁output▁begin｜>" + m.content + "<｜tool▁output▁end｜>";
+    } else if (m.role != "system") {
+      return Status::invalid_argument("messages[" + std::to_string(i) + "]: role '" + m.role + "' is not supported");
+    }
+  }
+  if (add_generation_prompt && last_user && !after_tool) {
+    const bool thinking = reasoning_syntax_ == ReasoningSyntax::kThink && options.enable_thinking == true;
+    out += thinking ? "<｜Assistant｜><think>" : "<｜Assistant｜><think></think>";
+  }
   return out;
 }
 

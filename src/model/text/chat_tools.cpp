@@ -11,11 +11,12 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-constexpr std::array<std::pair<ToolSyntax, const char*>, 4> kToolNames = {{
+constexpr std::array<std::pair<ToolSyntax, const char*>, 5> kToolNames = {{
     {ToolSyntax::kNone, "none"},
     {ToolSyntax::kHermes, "hermes"},
     {ToolSyntax::kLlama3, "llama3"},
     {ToolSyntax::kMistral, "mistral"},
+    {ToolSyntax::kDeepSeek, "deepseek"},
 }};
 
 // A JSON string as Python prints it with ensure_ascii=False: only '"', '\\' and control

@@ -8,6 +8,9 @@
 //   llama3   {"name": N, "parameters": {...}} as the whole reply, or after <|python_tag|>,
 //            several separated by ';' (Llama 3.1 / 3.2 / 3.3 JSON tool calling)
 //   mistral  [TOOL_CALLS] [{"name": N, "arguments": {...}}, ...] (Mistral v3 tokenizers)
+//   deepseek <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...
+//            <｜tool▁calls▁end｜> (DeepSeek-V3.1); V3 / R1's form, a call begun by "function"
+//            <｜tool▁sep｜>N\n```json\n{...}\n```, is read too
 //   none     the model has no tool syntax: requests with tools are refused
 // The syntax is chosen from the chat template family, its Jinja text and the vocabulary
 // (tool_syntax_for), stated at start-up, and overridable by --tool-parser.
@@ -24,7 +27,7 @@
 
 namespace pagoda::model {
 
-enum class ToolSyntax { kNone, kHermes, kLlama3, kMistral };
+enum class ToolSyntax { kNone, kHermes, kLlama3, kMistral, kDeepSeek };
 
 const char* tool_syntax_name(ToolSyntax syntax);
 std::optional<ToolSyntax> tool_syntax_from_name(std::string_view name);  // "none", "hermes", ...
