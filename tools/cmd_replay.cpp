@@ -31,7 +31,7 @@ struct ReplayOptions {
   std::string capacity = "inf";
   std::string sweep;
   std::string eviction = "lru";
-  std::string host, disk, disk_dir;
+  std::string host, disk, disk_dir, remote;
   int64_t kv_bytes_per_token = 0;
   std::string model;             // a KV geometry: GGUF, config.json or kvcalc preset
   std::string kv_dtype = "f16";  // its KV element format
@@ -135,7 +135,7 @@ struct Run {
 
 Result<Run> replay_once(const std::vector<sim::TraceRequest>& trace, sim::CacheReplayOptions options, int64_t capacity) {
   options.capacity_tokens = capacity;
-  if (capacity == 0) options.host_tokens = options.disk_tokens = 0;  // the ceiling: the pool alone
+  if (capacity == 0) options.host_tokens = options.disk_tokens = options.remote_tokens = 0;  // the ceiling: the pool alone
   const auto start = std::chrono::steady_clock::now();
   PAGODA_ASSIGN_OR_RETURN(sim::CacheReplayResult r, sim::replay_cache(trace, options));
   return Run{capacity, r, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
@@ -174,6 +174,10 @@ int replay_cluster_mode(const ReplayOptions& o, const std::vector<sim::TraceRequ
   }
   auto eviction = kvcache::eviction_policy_from_name(o.eviction);
   if (!eviction) return fail(Status::invalid_argument("unknown --eviction '" + o.eviction + "' (lru, lfu, priority)"));
+  if (!o.host.empty() || !o.disk.empty() || !o.remote.empty()) {
+    return fail(Status::invalid_argument("--host-tokens / --disk-tokens / --remote-tokens are cache mode's tiers; a "
+                                         "cluster shares --global-pool-tokens"));
+  }
   sim::ClusterReplayOptions c;
   c.instances = o.instances;
   c.prefill_instances = o.prefill;
@@ -331,11 +335,19 @@ int replay(const ReplayOptions& o) {
     options.disk_tokens = *n;
     options.disk_dir = o.disk_dir;
   }
+  if (!o.remote.empty()) {
+    auto n = parse_size(o.remote, bpt);
+    if (!n.is_ok() || *n == 0) {
+      return fail(n.is_ok() ? Status::invalid_argument("bad --remote-tokens '" + o.remote + "'")
+                            : n.status().with_context("--remote-tokens"));
+    }
+    options.remote_tokens = *n;
+  }
   if (o.kv_bytes_per_token < 0) return fail(Status::invalid_argument("--kv-bytes-per-token must be >= 0"));
   options.kv_bytes_per_token = static_cast<int64_t>(std::ceil(bpt));
-  if ((options.host_tokens > 0 || options.disk_tokens > 0) && *capacity == 0) {
-    return fail(Status::invalid_argument("--host-tokens / --disk-tokens need a pool --capacity-tokens (an unbounded "
-                                         "pool never evicts into them)"));
+  if ((options.host_tokens > 0 || options.disk_tokens > 0 || options.remote_tokens > 0) && *capacity == 0) {
+    return fail(Status::invalid_argument("--host-tokens / --disk-tokens / --remote-tokens need a pool --capacity-tokens "
+                                         "(an unbounded pool never evicts into them)"));
   }
   options.block_size = o.block_size;
   options.eviction = *eviction;
@@ -437,6 +449,9 @@ void register_replay(CLI::App& app, int& exit_code) {
   cmd->add_option("--host-tokens", o->host, "a host DRAM tier below the pool, in tokens (the real tier stack, write-back)");
   cmd->add_option("--disk-tokens", o->disk, "an SSD tier below the host tier, in tokens (needs --disk-dir)");
   cmd->add_option("--disk-dir", o->disk_dir, "directory for the SSD tier's slot files");
+  cmd->add_option("--remote-tokens", o->remote,
+                  "a remote tier at the bottom of the stack with a Redis tier's semantics (LRU, drops what it evicts), "
+                  "in tokens");
   cmd->add_option("--kv-bytes-per-token", o->kv_bytes_per_token,
                   "KV bytes per token of the model being sized (pagoda kvcalc): bytes moved per tier");
   cmd->add_option("--model", o->model, "a KV geometry (GGUF, config.json or kvcalc preset, e.g. llama-3-70b): sizes may "

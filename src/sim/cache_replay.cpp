@@ -12,6 +12,7 @@
 #include "kvcache/disk_tier.h"
 #include "kvcache/host_tier.h"
 #include "kvcache/tier_stack.h"
+#include "sim/shared_pool.h"
 
 namespace pagoda::sim {
 
@@ -76,9 +77,13 @@ Result<CacheReplayResult> replay_cache(const std::vector<TraceRequest>& trace, c
     return Status::invalid_argument("a cache of " + std::to_string(o.capacity_tokens) + " tokens holds no block of " +
                                     std::to_string(o.block_size));
   }
-  if (o.host_tokens < 0 || o.disk_tokens < 0) return Status::invalid_argument("negative tier capacity");
+  if (o.host_tokens < 0 || o.disk_tokens < 0 || o.remote_tokens < 0) return Status::invalid_argument("negative tier capacity");
   if (o.disk_tokens > 0 && o.disk_dir.empty()) return Status::invalid_argument("a disk tier needs a directory");
-  const bool tiered = o.host_tokens > 0 || o.disk_tokens > 0;
+  if (o.remote_tokens > 0 && o.remote_tokens < o.block_size) {
+    return Status::invalid_argument("a remote tier of " + std::to_string(o.remote_tokens) + " tokens holds no block of " +
+                                    std::to_string(o.block_size));
+  }
+  const bool tiered = o.host_tokens > 0 || o.disk_tokens > 0 || o.remote_tokens > 0;
   if (tiered && o.clock == nullptr) return Status::invalid_argument("tiers need a clock");
   if (tiered && o.capacity_tokens == 0) {
     return Status::invalid_argument("tiers below an unbounded pool would never be used: give the pool a capacity");
@@ -98,6 +103,7 @@ Result<CacheReplayResult> replay_cache(const std::vector<TraceRequest>& trace, c
   kvcache::BlockManager bm(pool, bm_options);
   const kvcache::KvNamespace ns;  // one model, one tenant
   const Logger quiet(LogLevel::kSilent);
+  std::unique_ptr<SharedPool> remote;  // outlives the stack, which holds its client
   std::unique_ptr<kvcache::TierStack> stack;
   std::vector<int64_t> hit_by_tier;
   if (tiered) {
@@ -124,6 +130,11 @@ Result<CacheReplayResult> replay_cache(const std::vector<TraceRequest>& trace, c
       if (!disk.is_ok()) return disk.status().with_context("disk tier in " + o.disk_dir);
       res.tiers.push_back({"disk", d.capacity_bytes / slot});
       stack->add_tier(std::move(disk).value());
+    }
+    if (o.remote_tokens > 0) {
+      PAGODA_ASSIGN_OR_RETURN(remote, SharedPool::create(layout, o.remote_tokens / o.block_size, o.eviction, *o.clock, "remote"));
+      res.tiers.push_back({"remote", remote->capacity_blocks()});
+      stack->add_tier(remote->client());
     }
     bm.add_listener(stack.get());
     hit_by_tier.assign(res.tiers.size(), 0);

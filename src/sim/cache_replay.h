@@ -14,9 +14,11 @@
 //   ceiling_hit_rate = the same with a pool that never evicts (every block of the trace fits)
 //   peak_blocks_held = the most pool blocks in use or cached at once
 //
-// Tiers (host_tokens / disk_tokens > 0): the real kvcache::TierStack below the pool, write-back
-// (a block the pool evicts goes to the host tier, one the host tier evicts to the disk tier,
-// the disk tier drops it), and after each pool hit the rest of the prompt's chain is probed in
+// Tiers (host_tokens / disk_tokens / remote_tokens > 0): the real kvcache::TierStack below the
+// pool, write-back (a block the pool evicts goes to the host tier, one the host tier evicts to
+// the disk tier, and so on down; the bottom tier drops what it evicts). The remote tier has a
+// Redis tier's semantics (sim/shared_pool.h: a store every instance could share, LRU, the
+// bottom), here below one instance's host and disk tiers; and after each pool hit the rest of the prompt's chain is probed in
 // the tiers and loaded as Engine::load_from_tiers does (always load, no cost model). The pool
 // then has KV memory, of a stand-in geometry of 128 bytes a block (1 layer, 1 head of 2 f16
 // values, 16 tokens; more for larger blocks): records are real, small, and checked on every
@@ -40,6 +42,7 @@ struct CacheReplayOptions {
   int64_t capacity_tokens = 0;     // the pool; 0: unbounded (the ceiling)
   int64_t host_tokens = 0;         // a host DRAM tier below the pool (0: none)
   int64_t disk_tokens = 0;         // an SSD tier below it, in disk_dir (0: none)
+  int64_t remote_tokens = 0;       // a remote (Redis-like) tier at the bottom (0: none)
   std::string disk_dir;
   int64_t kv_bytes_per_token = 0;  // of the model being sized: bytes moved (0: not reported)
   const Clock* clock = nullptr;    // the tiers' completion times (required with tiers)
@@ -48,7 +51,7 @@ struct CacheReplayOptions {
 };
 
 struct TierReplayStats {
-  std::string name;                // "host", "disk"
+  std::string name;                // "host", "disk", "remote"
   int64_t capacity_blocks = 0;
   int64_t hit_tokens = 0;          // prompt tokens loaded from this tier
   int64_t stored_blocks = 0;       // put into it (pool evictions for the first, demotions below)

@@ -7,7 +7,7 @@ namespace pagoda::sim {
 class SharedPool::Client final : public kvcache::Tier {
  public:
   Client(SharedPool& pool, int id) : pool_(pool), id_(id) {}
-  std::string_view name() const override { return "global"; }
+  std::string_view name() const override { return pool_.name_; }
   std::string_view medium() const override { return "REDIS"; }
   std::string_view memory() const override { return "shared pool"; }
   bool enabled() const override { return true; }
@@ -32,7 +32,8 @@ class SharedPool::Client final : public kvcache::Tier {
 };
 
 Result<std::unique_ptr<SharedPool>> SharedPool::create(const kvcache::KvLayout& layout, int64_t capacity_blocks,
-                                                       kvcache::EvictionPolicyKind eviction, const Clock& clock) {
+                                                       kvcache::EvictionPolicyKind eviction, const Clock& clock,
+                                                       std::string name) {
   if (capacity_blocks < 1) return Status::invalid_argument("the global pool holds no block");
   kvcache::HostTierOptions o;
   o.layout = layout;
@@ -40,7 +41,7 @@ Result<std::unique_ptr<SharedPool>> SharedPool::create(const kvcache::KvLayout& 
   const int64_t record = kvcache::record_bytes(kvcache::record_meta_for(layout));
   o.capacity_bytes = capacity_blocks * ((record + kvcache::kRecordAlign - 1) / kvcache::kRecordAlign * kvcache::kRecordAlign);
   PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<kvcache::HostTier> tier, kvcache::HostTier::create(o, clock));
-  return std::unique_ptr<SharedPool>(new SharedPool(std::move(tier)));
+  return std::unique_ptr<SharedPool>(new SharedPool(std::move(tier), std::move(name)));
 }
 
 std::unique_ptr<kvcache::Tier> SharedPool::client() {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -19,8 +20,11 @@ namespace pagoda::sim {
 
 class SharedPool {
  public:
+  // `name`: what its clients call themselves ("global" in cluster mode, "remote" below cache
+  // mode's tiers).
   static Result<std::unique_ptr<SharedPool>> create(const kvcache::KvLayout& layout, int64_t capacity_blocks,
-                                                    kvcache::EvictionPolicyKind eviction, const Clock& clock);
+                                                    kvcache::EvictionPolicyKind eviction, const Clock& clock,
+                                                    std::string name = "global");
   // A tier for one instance's TierStack; it must not outlive this pool.
   std::unique_ptr<kvcache::Tier> client();
   int64_t capacity_blocks() const { return tier_->num_slots(); }
@@ -28,11 +32,12 @@ class SharedPool {
 
  private:
   class Client;
-  explicit SharedPool(std::unique_ptr<kvcache::HostTier> tier) : tier_(std::move(tier)) {}
+  SharedPool(std::unique_ptr<kvcache::HostTier> tier, std::string name) : tier_(std::move(tier)), name_(std::move(name)) {}
   kvcache::TierOpId track(int client, kvcache::TierOpId op);
   void poll_for(int client, std::vector<kvcache::TierCompletion>& out);
 
   std::unique_ptr<kvcache::HostTier> tier_;
+  std::string name_;
   std::unordered_map<kvcache::TierOpId, int> owner_;                // op in flight -> client
   std::vector<std::vector<kvcache::TierCompletion>> queues_;        // [clients] completions not yet taken
   std::vector<kvcache::TierCompletion> scratch_;

@@ -164,6 +164,36 @@ TEST(CacheReplay, AHostTierBelowThePoolServesWhatThePoolEvicted) {
   EXPECT_FALSE(replay_cache(*t, ro).is_ok());
 }
 
+// The same by hand with a remote tier (a Redis tier's semantics) in the host tier's place: the
+// same blocks move, named "remote"; a remote tier smaller than a block is refused.
+TEST(CacheReplay, ARemoteTierAtTheBottomServesWhatThePoolEvicted) {
+  TraceOptions o;
+  o.block_tokens = 4;
+  auto t = parse_trace(line(0, 8, 1, "1, 2") + line(1, 12, 1, "7, 8, 9") + line(2, 12, 1, "1, 2, 3"), o);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  ManualClock clock;
+  CacheReplayOptions ro;
+  ro.block_size = 4;
+  ro.trace = o;
+  ro.capacity_tokens = 16;
+  ro.remote_tokens = 32;
+  ro.clock = &clock;
+  auto r = replay_cache(*t, ro);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->hit_tokens, 8);
+  EXPECT_EQ(r->pool_hit_tokens, 4);
+  ASSERT_EQ(r->tiers.size(), 1u);
+  EXPECT_EQ(r->tiers[0].name, "remote");
+  EXPECT_EQ(r->tiers[0].capacity_blocks, 8);
+  EXPECT_EQ(r->tiers[0].hit_tokens, 4);
+  EXPECT_EQ(r->tiers[0].stored_blocks, 3);
+  EXPECT_EQ(r->tiers[0].loaded_blocks, 1);
+  ro.remote_tokens = 3;
+  auto tiny = replay_cache(*t, ro);
+  ASSERT_FALSE(tiny.is_ok());
+  EXPECT_NE(tiny.status().message().find("remote tier"), std::string::npos) << tiny.status().message();
+}
+
 // Host and disk tiers on a slice of Mooncake's trace: every hit is the pool's or a tier's, the
 // tiers add hits to the pool's, nothing is dropped, and the ceiling bounds it all.
 TEST(CacheReplay, HostAndDiskTiersOnATraceSlice) {
@@ -195,11 +225,32 @@ TEST(CacheReplay, HostAndDiskTiersOnATraceSlice) {
   EXPECT_GT(tiered->tiers[1].stored_blocks, 0);  // demotions from the host tier
   EXPECT_EQ(tiered->tiers[0].dropped_writes + tiered->tiers[1].dropped_writes, 0);
   EXPECT_GT(tiered->hit_tokens, pool_only->hit_tokens);
+  // A remote tier below a smaller disk tier: the disk tier's evictions go down to it, it
+  // serves hits of its own, and the stack serves at least what it served without it.
+  ro.disk_tokens = 300000;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto small = replay_cache(*t, ro);
+  ASSERT_TRUE(small.is_ok()) << small.status().message();
+  ro.remote_tokens = 4000000;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto remote = replay_cache(*t, ro);
+  ASSERT_TRUE(remote.is_ok()) << remote.status().message();
+  ASSERT_EQ(remote->tiers.size(), 3u);
+  EXPECT_EQ(remote->tiers[2].name, "remote");
+  int64_t by_tier = remote->pool_hit_tokens;
+  for (const TierReplayStats& ts : remote->tiers) by_tier += ts.hit_tokens;
+  EXPECT_EQ(by_tier, remote->hit_tokens);
+  EXPECT_GT(remote->tiers[2].stored_blocks, 0);
+  EXPECT_GT(remote->tiers[2].hit_tokens, 0);
+  EXPECT_GT(remote->hit_tokens, small->hit_tokens);
   ro.capacity_tokens = 0;
-  ro.host_tokens = ro.disk_tokens = 0;
+  ro.host_tokens = ro.disk_tokens = ro.remote_tokens = 0;
   auto ceiling = replay_cache(*t, ro);
   ASSERT_TRUE(ceiling.is_ok());
   EXPECT_LE(tiered->hit_tokens, ceiling->hit_tokens);
+  EXPECT_LE(remote->hit_tokens, ceiling->hit_tokens);
   std::filesystem::remove_all(dir);
 }
 

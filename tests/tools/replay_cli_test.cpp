@@ -96,6 +96,34 @@ TEST(ReplayCli, PdSplitReportsTransfers) {
   EXPECT_NE(bad.err.find("not both"), std::string::npos) << bad.err;
 }
 
+// --remote-tokens: a Redis-like tier at the bottom of cache mode's stack, with its own line in
+// the JSON; in bytes with --model; cache mode's tiers are refused in cluster mode.
+TEST(ReplayCli, RemoteTierInCacheMode) {
+  ASSERT_TRUE(testing::file_exists(trace_path())) << trace_path() << " is missing (PAGODA_TEST_DATA)";
+  Output o = pagoda("replay --trace " + trace_path() + " --max-requests 300 --capacity-tokens 200K --remote-tokens 4M "
+                    "--block-size 512 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  json j = json::parse(o.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.out;
+  ASSERT_EQ(j["tiers"].size(), 1u) << o.out;
+  EXPECT_EQ(j["tiers"][0]["tier"], "remote");
+  EXPECT_GT(j["tiers"][0]["hit_tokens"].get<int64_t>(), 0);
+  EXPECT_GT(j["hit_rate_by_tier"]["remote"].get<double>(), 0.0);
+  EXPECT_NEAR(j["hit_rate_by_tier"]["pool"].get<double>() + j["hit_rate_by_tier"]["remote"].get<double>(),
+              j["hit_rate"].get<double>(), 1e-12);
+  Output bytes = pagoda("replay --trace " + trace_path() + " --max-requests 50 --model llama-3-70b --capacity-tokens 16GiB "
+                        "--remote-tokens 100GB --json");
+  ASSERT_EQ(bytes.exit_code, 0) << bytes.err;
+  EXPECT_EQ(json::parse(bytes.out)["tiers"][0]["capacity_blocks"], int64_t{100000000000} / 327680 / 16);
+  Output cluster = pagoda("replay --trace " + trace_path() + " --max-requests 50 --instances 2 --capacity-tokens 1M "
+                          "--remote-tokens 4M");
+  EXPECT_EQ(cluster.exit_code, 1);
+  EXPECT_NE(cluster.err.find("--global-pool-tokens"), std::string::npos) << cluster.err;
+  Output unbounded = pagoda("replay --trace " + trace_path() + " --max-requests 50 --remote-tokens 4M");
+  EXPECT_EQ(unbounded.exit_code, 1);
+  EXPECT_NE(unbounded.err.find("--remote-tokens need a pool"), std::string::npos) << unbounded.err;
+}
+
 TEST(ReplayCli, BadInputGetsAClearError) {
   const std::string bad = temp_dir() + "/bad_trace.jsonl";
   std::ofstream(bad) << "{\"timestamp\": 0, \"input_length\": 600, \"hash_ids\": [1]}\n";
