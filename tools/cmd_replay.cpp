@@ -252,7 +252,7 @@ int replay_cluster_mode(const ReplayOptions& o, const std::vector<sim::TraceRequ
                       {"ttft_s", percentiles_json(r->ttft_s)},
                       {"tbt_s", percentiles_json(r->tbt_s)}, {"slo_attainment", r->slo_attainment},
                       {"makespan_s", r->makespan_s}, {"busy_max_over_mean", busy_mean > 0 ? busy_max / busy_mean : 0.0},
-                      {"instances", inst}, {"seconds", seconds}});
+                      {"per_instance", inst}, {"seconds", seconds}});
       if (o.prefill > 0) {
         runs.back()["transfers"] = r->transfers;
         runs.back()["transfer_bytes"] = r->transfer_bytes;

@@ -9,6 +9,8 @@ the median (min-max) of the ratios as one JSON object. llama.cpp reads this file
 prefills in the expanded form, decompressing K and V per chunk (kernels/mla_attention.h).
 
   bench/peer/mla_prefill_rounds.py [--tokens 4096] [--rounds 5] [--threads 2] [--shape dsv2-mini-q]
+  bench/peer/mla_prefill_rounds.py --decode 32 --tokens 4096 ...   decode tokens/s at depth --tokens
+                                                                   (pagoda bench -d, llama-bench -d)
 
 NATIVE_BIN: llama.cpp's binaries (default /work/cache/llama.cpp/build-avx2/bin), BUILD_DIR
 Pagoda's build (default build), MODEL_DIR where the file goes (default /work/cache/models).
@@ -28,15 +30,19 @@ def run(cmd):
     return out.stdout
 
 
-def pagoda_tps(pagoda, model, n, threads):
+def pagoda_tps(pagoda, model, n, threads, decode=0):
+    if decode > 0:
+        j = json.loads(run([pagoda, "bench", "-m", model, "-p", "0", "-n", str(decode), "-d", str(n), "-t", str(threads),
+                            "-c", str(n + decode + 16), "--isa", "avx2", "-r", "1", "--json", "-q"]))
+        return float(j["decode_tps"])
     j = json.loads(run([pagoda, "bench", "-m", model, "-p", str(n), "-n", "0", "-t", str(threads), "-c", str(n + 16),
                         "--isa", "avx2", "-r", "1", "--json", "-q"]))
     return float(j["prefill_tps"])
 
 
-def llama_tps(bench, model, n, threads):
-    rows = json.loads(run([bench, "-m", model, "-p", str(n), "-n", "0", "-t", str(threads), "-mmp", "0", "-r", "1",
-                           "-o", "json"]))
+def llama_tps(bench, model, n, threads, decode=0):
+    work = ["-p", "0", "-n", str(decode), "-d", str(n)] if decode > 0 else ["-p", str(n), "-n", "0"]
+    rows = json.loads(run([bench, "-m", model, *work, "-t", str(threads), "-mmp", "0", "-r", "1", "-o", "json"]))
     return float(rows[0]["avg_ts"])
 
 
@@ -46,6 +52,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--shape", default="dsv2-mini-q")
+    ap.add_argument("--decode", type=int, default=0, help="decode this many tokens at depth --tokens instead of prefilling")
     a = ap.parse_args()
     native = os.environ.get("NATIVE_BIN", "/work/cache/llama.cpp/build-avx2/bin")
     pagoda = os.path.join(os.environ.get("BUILD_DIR", os.path.join(REPO, "build")), "bin", "pagoda")
@@ -60,15 +67,15 @@ def main():
     rounds = []
     for r in range(a.rounds):
         if r % 2 == 0:
-            p = pagoda_tps(pagoda, model, a.tokens, a.threads)
-            l = llama_tps(bench, model, a.tokens, a.threads)
+            p = pagoda_tps(pagoda, model, a.tokens, a.threads, a.decode)
+            l = llama_tps(bench, model, a.tokens, a.threads, a.decode)
         else:
-            l = llama_tps(bench, model, a.tokens, a.threads)
-            p = pagoda_tps(pagoda, model, a.tokens, a.threads)
+            l = llama_tps(bench, model, a.tokens, a.threads, a.decode)
+            p = pagoda_tps(pagoda, model, a.tokens, a.threads, a.decode)
         rounds.append({"pagoda_tps": p, "llama_tps": l, "ratio": p / l})
         print(json.dumps(rounds[-1]), file=sys.stderr)
     ratios = [x["ratio"] for x in rounds]
-    print(json.dumps({"model": model, "tokens": a.tokens, "threads": a.threads, "rounds": rounds,
+    print(json.dumps({"model": model, "tokens": a.tokens, "decode": a.decode, "threads": a.threads, "rounds": rounds,
                       "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}))
 
 

@@ -65,6 +65,8 @@ class MlaGemmScratch {
  private:
   friend void mla_attention_gemm(const KvLayerView&, const float*, const int32_t*, const SeqSpan&,
                                  const AttentionParams&, int64_t, float*, MlaGemmScratch&, ThreadPool&, Isa);
+  friend void mla_attention_heads_gemm(const KvLayerView&, const float*, const int32_t*, const SeqSpan&,
+                                       const AttentionParams&, int64_t, float*, MlaGemmScratch&, ThreadPool&, Isa);
   friend void mla_attention_expanded(const KvLayerView&, const float*, const int32_t*, const SeqSpan&,
                                      const AttentionParams&, const MlaUpProjection&, float*, MlaGemmScratch&,
                                      ThreadPool&, Isa);
@@ -96,6 +98,19 @@ void mla_attention_gemm(const KvLayerView& layer, const float* q, const int32_t*
 void mla_attention_expanded(const KvLayerView& layer, const float* q, const int32_t* positions, const SeqSpan& seq,
                             const AttentionParams& params, const MlaUpProjection& up, float* out,
                             MlaGemmScratch& scratch, ThreadPool& pool, Isa isa = detect_isa());
+
+// Rows of a sequence with few rows in the batch (decode steps, short chunks) over a longer
+// context, absorbed: per row, its heads are the rows of the GEMMs (every head reads the one
+// latent row), chunks of kMlaHeadsChunk positions decoded once for all heads, then per block of
+// heads on its own thread S = scale * q[row, heads] . chunk^T, the online softmax, out[row,
+// heads] += P . chunk[:, :v_dim]. The row walk's arithmetic at GEMM speed; contract as
+// mla_attention_gemm's for the rows of `seq` (in any order of positions). The model takes it
+// for rows whose context reaches kMlaHeadsMinContext positions.
+inline constexpr int64_t kMlaHeadsChunk = 256;
+inline constexpr int64_t kMlaHeadsMinContext = 256;
+void mla_attention_heads_gemm(const KvLayerView& layer, const float* q, const int32_t* positions, const SeqSpan& seq,
+                              const AttentionParams& params, int64_t v_dim, float* out, MlaGemmScratch& scratch,
+                              ThreadPool& pool, Isa isa = detect_isa());
 
 // Whether the expanded form costs fewer multiply-adds than the absorbed one for rows at
 // `positions` [n_rows] (increasing) of one sequence, latent rows of head_dim values.

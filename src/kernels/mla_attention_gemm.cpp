@@ -229,6 +229,65 @@ void mla_attention_expanded(const KvLayerView& layer, const float* q, const int3
   normalize(run, os, dv);
 }
 
+void mla_attention_heads_gemm(const KvLayerView& layer, const float* q, const int32_t* positions, const SeqSpan& seq,
+                              const AttentionParams& params, int64_t v_dim, float* out, MlaGemmScratch& sc,
+                              ThreadPool& pool, Isa isa) {
+  check_kv_view(layer);
+  CHECK(layer.k_only && layer.n_kv_head == 1) << "MLA attention needs a K-only (latent) cache";
+  CHECK_EQ(params.window, 0) << "the GEMM paths have no window mask";
+  const int64_t L = layer.head_dim, H = params.n_head;
+  CHECK(v_dim > 0 && v_dim <= L);
+  CHECK(L == sc.head_dim_ && H <= sc.n_head_ && pool.num_threads() <= sc.threads_) << "MLA GEMM scratch too small";
+  const int64_t C = std::min(sc.chunk_size_, kMlaHeadsChunk);
+  // Heads per work item: the threads share the heads, at most kMlaRowBlock each (s_'s rows).
+  const int64_t per_item = std::min<int64_t>(kMlaRowBlock, (H + pool.num_threads() - 1) / pool.num_threads());
+  const int64_t items = (H + per_item - 1) / per_item;
+  float* chunk = sc.chunk_.data();  // [n, L]
+  for (int64_t t = seq.token_begin; t < seq.token_begin + seq.n_tokens; ++t) {
+    const float* qt = q + t * H * L;      // [H, L]: the heads are the rows
+    float* ot = out + t * H * v_dim;      // [H, v_dim]
+    GemmRun run;
+    run.pos = positions + t;
+    run.T = 1;
+    run.H = H;
+    run.n_ctx = static_cast<int64_t>(positions[t]) + 1;
+    CHECK_LE((run.n_ctx + layer.block_size - 1) / layer.block_size, seq.num_blocks)
+        << "the block table is shorter than the sequence";
+    run.m = sc.m_.data();  // [H]
+    run.l = sc.l_.data();
+    std::fill(run.m, run.m + H, -INFINITY);
+    std::fill(run.l, run.l + H, 0.0f);
+    std::fill(ot, ot + H * v_dim, 0.0f);
+    for (int64_t c0 = 0; c0 < run.n_ctx; c0 += C) {
+      const int64_t n = std::min(C, run.n_ctx - c0);
+      decode_chunk(layer, seq, c0, n, chunk, sc.rows_.data(), run, pool, isa);
+      pool.parallel_for(items, [&](int64_t b, int64_t e, int thread) {
+        float* s = sc.s_.data() + static_cast<int64_t>(thread) * kMlaRowBlock * sc.chunk_size_;
+        for (int64_t item = b; item < e; ++item) {
+          const int64_t h0 = item * per_item, hn = std::min(per_item, H - h0);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(hn), static_cast<int>(n),
+                      static_cast<int>(L), params.scale, qt + h0 * L, static_cast<int>(L), chunk, static_cast<int>(L),
+                      0.0f, s, static_cast<int>(n));
+          for (int64_t h = h0; h < h0 + hn; ++h) {
+            float* sh = s + (h - h0) * n;
+            const float mx = max_of(sh, n, run.m[h], isa);
+            const float alpha = std::exp(run.m[h] - mx);  // 0 on the first chunk (m = -inf)
+            run.l[h] = run.l[h] * alpha + exp_shifted_sum(sh, n, mx, isa);
+            run.m[h] = mx;
+            if (alpha != 1.0f) {
+              for (int64_t c = 0; c < v_dim; ++c) ot[h * v_dim + c] *= alpha;
+            }
+          }
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(hn), static_cast<int>(v_dim),
+                      static_cast<int>(n), 1.0f, s, static_cast<int>(n), chunk, static_cast<int>(L), 1.0f,
+                      ot + h0 * v_dim, static_cast<int>(v_dim));
+        }
+      }, 1);
+    }
+    normalize(run, ot, v_dim);
+  }
+}
+
 bool mla_expanded_pays(const int32_t* positions, int64_t n_rows, int64_t head_dim, const MlaUpProjection& up) {
   if (n_rows < 1) return false;
   const double r = static_cast<double>(up.kv_lora_rank), dn = static_cast<double>(up.nope_dim);

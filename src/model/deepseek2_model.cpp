@@ -125,7 +125,8 @@ int64_t ForwardPass::plan_mla_forms(const Batch& batch) {
 }
 
 // Attention of the absorbed-form sequences over the latent cache: those with 16 rows or more
-// (a prefill chunk) as tiled GEMMs, the others by the row walk, each rebased to row 0.
+// (a prefill chunk) as tiled GEMMs, fewer rows over kMlaHeadsMinContext positions or more as
+// GEMMs over their heads, the others by the row walk, each rebased to row 0.
 void ForwardPass::mla_attend(const kernels::KvLayerView& layer, std::span<const kernels::SeqSpan> seqs,
                              const kernels::AttentionParams& attn, const int32_t* positions) {
   const ModelConfig& c = model_.config();
@@ -133,8 +134,14 @@ void ForwardPass::mla_attend(const kernels::KvLayerView& layer, std::span<const 
   for (size_t i = 0; i < seqs.size(); ++i) {
     const kernels::SeqSpan& s = seqs[i];
     if (mla_expanded_[i] != 0) continue;
-    if (attn.window == 0 && s.n_tokens >= kernels::kMlaGemmMinRows && mla_prefill_ != MlaPrefill::kRowWalk) {
+    const bool gemm = attn.window == 0 && mla_prefill_ != MlaPrefill::kRowWalk;
+    if (gemm && s.n_tokens >= kernels::kMlaGemmMinRows) {
       kernels::mla_attention_gemm(layer, q_abs_.data(), positions, s, attn, r, att_latent_.data(), *mla_gemm_, pool_, isa_);
+      continue;
+    }
+    if (gemm && positions[s.token_begin] + 1 >= kernels::kMlaHeadsMinContext) {  // decode over a long context
+      kernels::mla_attention_heads_gemm(layer, q_abs_.data(), positions, s, attn, r, att_latent_.data(), *mla_gemm_,
+                                        pool_, isa_);
       continue;
     }
     mla_seq_[0] = s;

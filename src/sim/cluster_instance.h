@@ -34,6 +34,7 @@ struct Request {
   double first_token_s = -1, last_token_s = 0, tbt_sum_s = 0;
   bool hit_recorded = false;
   bool done = false;
+  std::vector<int32_t> handoff;   // P/D: the prompt's tokens from hand-off to adoption, then empty
 };
 
 struct Instance {

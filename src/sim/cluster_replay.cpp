@@ -6,6 +6,7 @@
 #include <memory>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 
 #include "sim/cluster_instance.h"
 #include "sim/shared_pool.h"
@@ -242,7 +243,7 @@ class Cluster {
     CHECK(choice.worker >= 0) << "every decode instance is available";
     q.instance = o_.prefill_instances + choice.worker;
     Instance& d = *instances_[static_cast<size_t>(q.instance)];
-    std::vector<int32_t> prompt;
+    std::vector<int32_t>& prompt = q.handoff;  // kept for the adoption
     synthesize_prompt(trace_[static_cast<size_t>(r)], o_.trace, prompt);
     const int64_t held = d.bm.plan(prompt, kvcache::KvNamespace{}).num_cached_tokens;
     const int64_t bytes = (q.prompt - held) * o_.kv_bytes_per_token;
@@ -263,8 +264,7 @@ class Cluster {
     while (!d.arrived.empty()) {
       const int64_t r = d.arrived.front();
       Request& q = requests_[static_cast<size_t>(r)];
-      std::vector<int32_t> tokens;
-      synthesize_prompt(trace_[static_cast<size_t>(r)], o_.trace, tokens);
+      std::vector<int32_t>& tokens = q.handoff;  // the hand-off's synthesis
       kvcache::PrefixMatch hit = d.bm.match_prefix(tokens, kvcache::KvNamespace{});
       if (d.bm.plan(hit, q.prompt).num_new_blocks > d.bm.num_available_blocks()) {
         if (!d.sched.empty()) return;  // running sequences will free blocks
@@ -272,6 +272,7 @@ class Cluster {
         d.load.active_blocks -= q.blocks;
         --d.load.in_flight;
         q.done = true;
+        q.handoff = {};
         ++res_.rejected;
         continue;
       }
@@ -286,7 +287,8 @@ class Cluster {
       tokens.push_back(detail::generated_token(r, q.generated, o_.trace.vocab_size));
       engine::SeqKey key;
       key.arrival = static_cast<uint64_t>(r);
-      engine::SchedSequence& s = d.sched.add(key, std::move(tokens), q.prompt + q.outputs, 1, kvcache::KvNamespace{}, {}, seq);
+      engine::SchedSequence& s = d.sched.add(key, std::exchange(q.handoff, {}), q.prompt + q.outputs, 1,
+                                             kvcache::KvNamespace{}, {}, seq);
       q.id = s.id;
       d.request_of[s.id] = r;
     }

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace pagoda::structured {
@@ -147,8 +148,11 @@ class GbnfParser {
         alt.push_back(b_.chars(set, "class"));
       } else if (c == '.') {
         ++pos_;
-        CodePointSet any;
-        alt.push_back(b_.chars(any.complement(), "any"));
+        if (!any_char_) {  // one rule for every '.' of the grammar
+          CodePointSet none;
+          any_char_ = b_.chars(none.complement(), "any");
+        }
+        alt.push_back(*any_char_);
       } else if (c == '(') {
         ++pos_;
         const int32_t group = g_.add_rule("group");
@@ -321,6 +325,7 @@ class GbnfParser {
   std::map<std::string, int32_t> ids_;
   std::map<int32_t, size_t> defined_;
   std::map<std::string, size_t> uses_;  // first mention of each name
+  std::optional<Element> any_char_;     // '.': built at its first use
 };
 
 }  // namespace

@@ -102,32 +102,30 @@ class RegexParser {
     return cat.kids.size() == 1 ? cat.kids[0] : add(std::move(cat));
   }
 
-  // A quantifier after atom, if any: {m}, {m,}, {m,n} (else '{' is a literal), *, +, ?.
+  // A quantifier after atom, if any: {m}, {m,}, {m,n} (else '{' is a literal), *, +, ?. At most
+  // one: a second quantifier right after it is an error (ECMAScript's too), never a repeat.
   int32_t quantified(int32_t atom) {
-    while (!failed_ && pos_ < text_.size()) {
-      int64_t lo = 0, hi = -1;
-      const char c = text_[pos_];
-      if (c == '*') {
-        ++pos_;
-      } else if (c == '+') {
-        ++pos_, lo = 1;
-      } else if (c == '?') {
-        ++pos_, hi = 1;
-      } else if (c == '{' && counted(lo, hi)) {
-      } else {
-        break;
-      }
-      if (failed_) return -1;
-      if (peek('?')) ++pos_;  // lazy: the same texts match
-      if (peek('+')) return fail("possessive quantifiers are not supported");
-      if (peek('*') || peek('?') || (peek('{') && is_counted_at(pos_))) return fail("a quantifier repeats a quantifier");
-      Node rep;
-      rep.kind = Node::kRepeat;
-      rep.kids = {atom};
-      rep.lo = lo, rep.hi = hi;
-      atom = add(std::move(rep));
+    if (failed_ || pos_ >= text_.size()) return atom;
+    int64_t lo = 0, hi = -1;
+    const char c = text_[pos_];
+    if (c == '*') {
+      ++pos_;
+    } else if (c == '+') {
+      ++pos_, lo = 1;
+    } else if (c == '?') {
+      ++pos_, hi = 1;
+    } else if (!(c == '{' && counted(lo, hi))) {
+      return atom;
     }
-    return atom;
+    if (failed_) return -1;
+    if (peek('?')) ++pos_;  // lazy: the same texts match
+    if (peek('+')) return fail("possessive quantifiers are not supported");
+    if (peek('*') || peek('?') || (peek('{') && is_counted_at(pos_))) return fail("a quantifier repeats a quantifier");
+    Node rep;
+    rep.kind = Node::kRepeat;
+    rep.kids = {atom};
+    rep.lo = lo, rep.hi = hi;
+    return add(std::move(rep));
   }
   bool is_counted_at(size_t p) const {
     if (p >= text_.size() || text_[p] != '{') return false;

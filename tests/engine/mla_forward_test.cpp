@@ -299,6 +299,27 @@ TEST(MlaForward, PrefixCacheAndForksOnLatentBlocks) {
   forking->block_manager().check_integrity();
 }
 
+// Decode rows past kMlaHeadsMinContext positions attend as GEMMs over their heads: one row at a
+// time over 300 positions gives the float64 reference's logits, as the row walk does.
+TEST(MlaForward, DecodeRowsOverALongContextMatchFloat64Reference) {
+  auto shape = model::find_model_shape("tiny-mla-q").value();
+  auto file = model::make_random_model(shape, DType::kF32, 7);
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  const std::vector<int32_t> tokens = some_tokens(kernels::kMlaHeadsMinContext + 44, shape.n_vocab);
+  const std::vector<double> want = mla_reference_logits(*file, shape, tokens);
+  for (model::MlaPrefill form : {model::MlaPrefill::kAuto, model::MlaPrefill::kRowWalk}) {
+    SCOPED_TRACE("form " + std::to_string(static_cast<int>(form)));
+    engine::EngineConfig config;
+    config.block_size = 16;
+    config.max_batch_tokens = 1;
+    config.mla_prefill = form;
+    auto eng = make_engine(shape, config);
+    auto got = eng->score(tokens);
+    ASSERT_TRUE(got.is_ok()) << got.status().message();
+    EXPECT_LT(max_relative_error(*got, want, shape.n_vocab), 2e-4);
+  }
+}
+
 // DeepSeek's mixture of experts on MLA layers (layer 0 dense, then experts and shared experts):
 // V2's rule and V3's (sigmoid, bias, groups, scale) against the float64 reference, f32 and
 // q8_0 weights, one-token and 16-token chunks, on every ISA this CPU runs.

@@ -109,6 +109,10 @@ TEST(Gbnf, CodePoints) {
   EXPECT_TRUE(matches(dot, "日\n"));
   EXPECT_FALSE(matches(dot, "日"));
   EXPECT_FALSE(matches(dot, "\xff\xff"));
+  // Every '.' shares one rule: a hundred of them cost no more rules than two.
+  std::string many = "root ::=";
+  for (int i = 0; i < 100; ++i) many += " .";
+  EXPECT_EQ(parse(many).num_rules(), dot.num_rules());
   const Grammar range = parse("root ::= [α-γ]");
   EXPECT_TRUE(matches(range, "β"));
   EXPECT_FALSE(matches(range, "δ"));

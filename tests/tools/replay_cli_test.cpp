@@ -59,7 +59,7 @@ TEST(ReplayCli, ClusterModeComparesPolicies) {
   EXPECT_EQ(j["runs"][2]["policy"], "round-robin");
   for (const json& run : j["runs"]) {
     EXPECT_EQ(run["requests"], 120);
-    EXPECT_EQ(run["instances"].size(), 3u);
+    EXPECT_EQ(run["per_instance"].size(), 3u);
     EXPECT_LE(run["ttft_s"]["p50"].get<double>(), run["ttft_s"]["p99"].get<double>());
     EXPECT_GE(run["slo_attainment"].get<double>(), 0.0);
     EXPECT_LE(run["slo_attainment"].get<double>(), 1.0);
@@ -80,9 +80,11 @@ TEST(ReplayCli, PdSplitReportsTransfers) {
   json j = json::parse(o.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << o.out;
   EXPECT_EQ(j["mode"], "pd");
-  ASSERT_EQ(j["runs"][0]["instances"].size(), 3u);  // (one policy: also at the top level)
-  EXPECT_EQ(j["runs"][0]["instances"][0]["role"], "prefill");
-  EXPECT_EQ(j["runs"][0]["instances"][2]["role"], "decode");
+  ASSERT_EQ(j["runs"][0]["per_instance"].size(), 3u);
+  EXPECT_EQ(j["per_instance"], j["runs"][0]["per_instance"]);  // one policy: its figures at the top level too
+  EXPECT_EQ(j["instances"], 3);                                // which keeps the count
+  EXPECT_EQ(j["runs"][0]["per_instance"][0]["role"], "prefill");
+  EXPECT_EQ(j["runs"][0]["per_instance"][2]["role"], "decode");
   EXPECT_GT(j["transfers"].get<int64_t>(), 0);
   EXPECT_EQ(j["transfer_bytes"].get<int64_t>() % 327680, 0);
   EXPECT_EQ(j["finished"].get<int64_t>() + j["rejected"].get<int64_t>(), 80);
