@@ -112,22 +112,21 @@ TEST(MlaAttention, KernelMatchesReferenceForEveryDtypeAndIsa) {
   }
 }
 
-// The prefill GEMM path (chunks of positions, online softmax) equals the reference: chunks
-// at the start of a sequence, after a cached prefix, across several tiles and blocks, for
-// several dtypes and layouts, every ISA, 1 and 3 threads.
-TEST(MlaAttention, GemmPrefillMatchesReference) {
-  const std::vector<Case> cases = {
-      {32, 16, 4, 16, KvDType::kF32}, {64, 16, 3, 16, KvDType::kF16}, {32, 8, 5, 8, KvDType::kInt8},
-      {64, 8, 2, 16, KvDType::kInt4}, {48, 16, 4, 4, KvDType::kBF16},
-  };
-  Rng rng(23);
+// A GEMM path (fn: one sequence's rows, absorbed) against the reference over sequences of
+// `cached` positions and `n_new` rows each: several dtypes and layouts, every ISA, 1 and 3
+// threads, chunks of 100 positions (rows starting mid-chunk) and the default.
+using GemmPath = void (*)(const KvLayerView&, const float*, const int32_t*, const SeqSpan&, const AttentionParams&,
+                          int64_t, float*, MlaGemmScratch&, ThreadPool&, Isa);
+void expect_gemm_path_matches_reference(GemmPath fn, const std::vector<Case>& cases, uint64_t seed,
+                                        std::vector<int64_t> cached, std::vector<int64_t> n_new, int64_t max_rows) {
+  Rng rng(seed);
   for (const Case& c : cases) {
     for (KvLayoutKind layout : {KvLayoutKind::kND, KvLayoutKind::kNZ}) {
       if (layout == KvLayoutKind::kNZ && (c.dtype != KvDType::kF32 || c.block_size % 16 != 0)) continue;
       SCOPED_TRACE(std::string(kv_dtype_name(c.dtype)) + " B " + std::to_string(c.block_size) + " heads " +
                    std::to_string(c.n_head) + (layout == KvLayoutKind::kNZ ? " NZ" : " ND"));
       const int64_t L = c.r + c.dr;
-      Latents s = make_latents_of(rng, L, c.block_size, {0, 300, 517}, {40, 260, 17});
+      Latents s = make_latents_of(rng, L, c.block_size, cached, n_new);
       KvLayerBuffer buf(c.dtype, layout, s.num_blocks, c.block_size, 1, L, 8, /*k_only=*/true);
       store_latents(s, buf.view());
       const int64_t rows = static_cast<int64_t>(s.positions.size());
@@ -138,12 +137,12 @@ TEST(MlaAttention, GemmPrefillMatchesReference) {
       mla_attention_reference(buf.view(), q.data(), s.positions.data(), s.spans.data(), 3, params, c.r, want.data());
       for (Isa isa : supported_isas()) {
         for (int threads : {1, 3}) {
-          for (int64_t chunk : {int64_t{100}, kMlaChunk}) {  // several chunks (rows starting mid-chunk), one
+          for (int64_t chunk : {int64_t{100}, kMlaChunk}) {
             ThreadPool pool(threads);
-            MlaGemmScratch scratch(threads, 260, c.n_head, L, chunk);
+            MlaGemmScratch scratch(threads, max_rows, c.n_head, L, chunk);
             std::vector<float> got(want.size(), -7.0f);
             for (const SeqSpan& span : s.spans) {
-              mla_attention_gemm(buf.view(), q.data(), s.positions.data(), span, params, c.r, got.data(), scratch, pool, isa);
+              fn(buf.view(), q.data(), s.positions.data(), span, params, c.r, got.data(), scratch, pool, isa);
             }
             double worst = 0;
             for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
@@ -153,6 +152,16 @@ TEST(MlaAttention, GemmPrefillMatchesReference) {
       }
     }
   }
+}
+
+// The prefill GEMM path (chunks of positions, online softmax) equals the reference: chunks
+// at the start of a sequence, after a cached prefix, across several tiles and blocks.
+TEST(MlaAttention, GemmPrefillMatchesReference) {
+  expect_gemm_path_matches_reference(
+      &mla_attention_gemm,
+      {{32, 16, 4, 16, KvDType::kF32}, {64, 16, 3, 16, KvDType::kF16}, {32, 8, 5, 8, KvDType::kInt8},
+       {64, 8, 2, 16, KvDType::kInt4}, {48, 16, 4, 4, KvDType::kBF16}},
+      23, {0, 300, 517}, {40, 260, 17}, 260);
 }
 
 // The expanded prefill (keys and values decompressed per chunk by explicit W_UK / W_UV) equals
@@ -233,46 +242,13 @@ TEST(MlaAttention, ExpandedPrefillEqualsAbsorbedReferenceUpProjected) {
 }
 
 // Few rows over a long context with the heads as GEMM rows (decode steps, short chunks) equal
-// the reference: several chunks, head counts above a work item's 64 rows, every dtype and ISA.
+// the reference: several chunks, head counts above a work item's 64 rows.
 TEST(MlaAttention, HeadsGemmForFewRowsMatchesReference) {
-  const std::vector<Case> cases = {
-      {32, 16, 4, 16, KvDType::kF32}, {64, 16, 70, 16, KvDType::kF16}, {32, 8, 5, 8, KvDType::kInt8},
-      {64, 8, 2, 16, KvDType::kInt4}, {48, 16, 16, 4, KvDType::kBF16},
-  };
-  Rng rng(31);
-  for (const Case& c : cases) {
-    for (KvLayoutKind layout : {KvLayoutKind::kND, KvLayoutKind::kNZ}) {
-      if (layout == KvLayoutKind::kNZ && (c.dtype != KvDType::kF32 || c.block_size % 16 != 0)) continue;
-      SCOPED_TRACE(std::string(kv_dtype_name(c.dtype)) + " B " + std::to_string(c.block_size) + " heads " +
-                   std::to_string(c.n_head) + (layout == KvLayoutKind::kNZ ? " NZ" : " ND"));
-      const int64_t L = c.r + c.dr;
-      Latents s = make_latents_of(rng, L, c.block_size, {300, 517, 40}, {1, 3, 15});
-      KvLayerBuffer buf(c.dtype, layout, s.num_blocks, c.block_size, 1, L, 8, /*k_only=*/true);
-      store_latents(s, buf.view());
-      const int64_t rows = static_cast<int64_t>(s.positions.size());
-      std::vector<float> q(rows * c.n_head * L);
-      for (auto& x : q) x = rng.normal() * 0.3f;
-      const AttentionParams params{c.n_head, 1.0f / std::sqrt(static_cast<float>(L)), 0, 0};
-      std::vector<float> want(rows * c.n_head * c.r);
-      mla_attention_reference(buf.view(), q.data(), s.positions.data(), s.spans.data(), 3, params, c.r, want.data());
-      for (Isa isa : supported_isas()) {
-        for (int threads : {1, 3}) {
-          for (int64_t chunk : {int64_t{100}, kMlaChunk}) {
-            ThreadPool pool(threads);
-            MlaGemmScratch scratch(threads, 16, c.n_head, L, chunk);
-            std::vector<float> got(want.size(), -7.0f);
-            for (const SeqSpan& span : s.spans) {
-              mla_attention_heads_gemm(buf.view(), q.data(), s.positions.data(), span, params, c.r, got.data(), scratch,
-                                       pool, isa);
-            }
-            double worst = 0;
-            for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-            EXPECT_LT(worst, 5e-5) << "isa " << static_cast<int>(isa) << " threads " << threads << " chunk " << chunk;
-          }
-        }
-      }
-    }
-  }
+  expect_gemm_path_matches_reference(
+      &mla_attention_heads_gemm,
+      {{32, 16, 4, 16, KvDType::kF32}, {64, 16, 70, 16, KvDType::kF16}, {32, 8, 5, 8, KvDType::kInt8},
+       {64, 8, 2, 16, KvDType::kInt4}, {48, 16, 16, 4, KvDType::kBF16}},
+      31, {300, 517, 40}, {1, 3, 15}, 16);
 }
 
 // The choice of form counts multiply-adds: DeepSeek-V2's attention (r 512, rope 64, nope 128,

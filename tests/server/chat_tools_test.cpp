@@ -22,6 +22,15 @@ const json kTools = json::parse(R"([{"type": "function", "function": {"name": "g
 
 json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
 
+// A user question, the assistant's get_weather call (Oslo) and the tool's result.
+json weather_call_and_result() {
+  return {user("Weather?"),
+          {{"role", "assistant"}, {"content", nullptr},
+           {"tool_calls", {{{"id", "call_9"}, {"type", "function"},
+                            {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Oslo\"}"}}}}}}},
+          {{"role", "tool"}, {"tool_call_id", "call_9"}, {"content", "sunny, 3 C"}}};
+}
+
 class ChatToolsTest : public ServerTest {
  protected:
   void start_with(model::ToolSyntax tools, model::ReasoningSyntax reasoning) {
@@ -143,11 +152,7 @@ TEST_F(ChatToolsTest, ToolChoiceNoneAndNamedAndParallel) {
 TEST_F(ChatToolsTest, ConversationRoundTripsIntoThePrompt) {
   start_with(model::ToolSyntax::kHermes, model::ReasoningSyntax::kNone);
   reply("Sunny.");
-  const json messages = {user("Weather?"),
-                         {{"role", "assistant"}, {"content", nullptr},
-                          {"tool_calls", {{{"id", "call_9"}, {"type", "function"},
-                                           {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Oslo\"}"}}}}}}},
-                         {{"role", "tool"}, {"tool_call_id", "call_9"}, {"content", "sunny, 3 C"}}};
+  const json messages = weather_call_and_result();
   auto r = post("/v1/chat/completions", {{"messages", messages}, {"tools", kTools}});
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], "Sunny.");
@@ -234,11 +239,7 @@ TEST_F(ChatToolsTest, DeepSeekThinkingCallsAndNamedChoice) {
   EXPECT_EQ(prompt.substr(prompt.size() - forced.size()), forced) << prompt;
   // The call and its result round-trip into the next prompt.
   reply("Sunny.");
-  const json messages = {user("Weather?"),
-                         {{"role", "assistant"}, {"content", nullptr},
-                          {"tool_calls", {{{"id", "call_9"}, {"type", "function"},
-                                           {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Oslo\"}"}}}}}}},
-                         {{"role", "tool"}, {"tool_call_id", "call_9"}, {"content", "sunny, 3 C"}}};
+  const json messages = weather_call_and_result();
   r = post("/v1/chat/completions", {{"messages", messages}, {"tools", kTools}});
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], "Sunny.");

@@ -126,69 +126,52 @@ TEST(CacheReplay, HitsEvictionsAndRejectionsByHand) {
   EXPECT_FALSE(replay_cache(*t, ro).is_ok());  // less than one block
 }
 
-// The same trace shape with a host tier below a pool of 4 blocks (the real TierStack, write-back):
-//   A [1,2]: 1, 2 cached. B [7,8,9]: needs 3 blocks, evicts 2 (the LRU) -> host.
-//   C [1,2,3]: pool hits 1 (4 tokens); the host holds 2: loaded (4 tokens), its fresh block
-//   evicts 9 -> host; block 3 evicts 8 -> host.
-TEST(CacheReplay, AHostTierBelowThePoolServesWhatThePoolEvicted) {
+// The same trace shape with one tier below a pool of 4 blocks (the real TierStack, write-back),
+// a host tier or a remote one (a Redis tier's semantics) in its place, the same by hand:
+//   A [1,2]: 1, 2 cached. B [7,8,9]: needs 3 blocks, evicts 2 (the LRU) -> the tier.
+//   C [1,2,3]: pool hits 1 (4 tokens); the tier holds 2: loaded (4 tokens), its fresh block
+//   evicts 9 -> the tier; block 3 evicts 8 -> the tier.
+TEST(CacheReplay, ATierBelowThePoolServesWhatThePoolEvicted) {
   TraceOptions o;
   o.block_tokens = 4;
   auto t = parse_trace(line(0, 8, 1, "1, 2") + line(1, 12, 1, "7, 8, 9") + line(2, 12, 1, "1, 2, 3"), o);
   ASSERT_TRUE(t.is_ok()) << t.status().message();
   ManualClock clock;
-  CacheReplayOptions ro;
+  for (const std::string tier : {"host", "remote"}) {
+    SCOPED_TRACE(tier);
+    CacheReplayOptions ro;
+    ro.block_size = 4;
+    ro.trace = o;
+    ro.capacity_tokens = 16;
+    (tier == "host" ? ro.host_tokens : ro.remote_tokens) = 32;
+    ro.kv_bytes_per_token = 1000;
+    ro.clock = &clock;
+    auto r = replay_cache(*t, ro);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->hit_tokens, 8);
+    EXPECT_EQ(r->pool_hit_tokens, 4);
+    ASSERT_EQ(r->tiers.size(), 1u);
+    EXPECT_EQ(r->tiers[0].name, tier);
+    EXPECT_EQ(r->tiers[0].capacity_blocks, 8);
+    EXPECT_EQ(r->tiers[0].hit_tokens, 4);
+    EXPECT_EQ(r->tiers[0].stored_blocks, 3);
+    EXPECT_EQ(r->tiers[0].loaded_blocks, 1);
+    EXPECT_EQ(r->tiers[0].dropped_writes, 0);
+    EXPECT_EQ(r->tiers[0].bytes_in, 3 * 4 * 1000);
+    EXPECT_EQ(r->tiers[0].bytes_out, 4 * 1000);
+
+    ro.capacity_tokens = 0;  // tiers below an unbounded pool: refused
+    EXPECT_FALSE(replay_cache(*t, ro).is_ok());
+    ro.capacity_tokens = 16;
+    ro.clock = nullptr;
+    EXPECT_FALSE(replay_cache(*t, ro).is_ok());
+  }
+  CacheReplayOptions ro;  // a remote tier smaller than a block
   ro.block_size = 4;
   ro.trace = o;
   ro.capacity_tokens = 16;
-  ro.host_tokens = 32;
-  ro.kv_bytes_per_token = 1000;
-  ro.clock = &clock;
-  auto r = replay_cache(*t, ro);
-  ASSERT_TRUE(r.is_ok()) << r.status().message();
-  EXPECT_EQ(r->hit_tokens, 8);
-  EXPECT_EQ(r->pool_hit_tokens, 4);
-  ASSERT_EQ(r->tiers.size(), 1u);
-  EXPECT_EQ(r->tiers[0].name, "host");
-  EXPECT_EQ(r->tiers[0].capacity_blocks, 8);
-  EXPECT_EQ(r->tiers[0].hit_tokens, 4);
-  EXPECT_EQ(r->tiers[0].stored_blocks, 3);
-  EXPECT_EQ(r->tiers[0].loaded_blocks, 1);
-  EXPECT_EQ(r->tiers[0].dropped_writes, 0);
-  EXPECT_EQ(r->tiers[0].bytes_in, 3 * 4 * 1000);
-  EXPECT_EQ(r->tiers[0].bytes_out, 4 * 1000);
-
-  ro.capacity_tokens = 0;  // tiers below an unbounded pool: refused
-  EXPECT_FALSE(replay_cache(*t, ro).is_ok());
-  ro.capacity_tokens = 16;
-  ro.clock = nullptr;
-  EXPECT_FALSE(replay_cache(*t, ro).is_ok());
-}
-
-// The same by hand with a remote tier (a Redis tier's semantics) in the host tier's place: the
-// same blocks move, named "remote"; a remote tier smaller than a block is refused.
-TEST(CacheReplay, ARemoteTierAtTheBottomServesWhatThePoolEvicted) {
-  TraceOptions o;
-  o.block_tokens = 4;
-  auto t = parse_trace(line(0, 8, 1, "1, 2") + line(1, 12, 1, "7, 8, 9") + line(2, 12, 1, "1, 2, 3"), o);
-  ASSERT_TRUE(t.is_ok()) << t.status().message();
-  ManualClock clock;
-  CacheReplayOptions ro;
-  ro.block_size = 4;
-  ro.trace = o;
-  ro.capacity_tokens = 16;
-  ro.remote_tokens = 32;
-  ro.clock = &clock;
-  auto r = replay_cache(*t, ro);
-  ASSERT_TRUE(r.is_ok()) << r.status().message();
-  EXPECT_EQ(r->hit_tokens, 8);
-  EXPECT_EQ(r->pool_hit_tokens, 4);
-  ASSERT_EQ(r->tiers.size(), 1u);
-  EXPECT_EQ(r->tiers[0].name, "remote");
-  EXPECT_EQ(r->tiers[0].capacity_blocks, 8);
-  EXPECT_EQ(r->tiers[0].hit_tokens, 4);
-  EXPECT_EQ(r->tiers[0].stored_blocks, 3);
-  EXPECT_EQ(r->tiers[0].loaded_blocks, 1);
   ro.remote_tokens = 3;
+  ro.clock = &clock;
   auto tiny = replay_cache(*t, ro);
   ASSERT_FALSE(tiny.is_ok());
   EXPECT_NE(tiny.status().message().find("remote tier"), std::string::npos) << tiny.status().message();
