@@ -126,29 +126,42 @@ int64_t ForwardPass::plan_mla_forms(const Batch& batch) {
 
 // Attention of the absorbed-form sequences over the latent cache: those with 16 rows or more
 // (a prefill chunk) as tiled GEMMs, fewer rows over kMlaHeadsMinContext positions or more as
-// GEMMs over their heads, the others by the row walk, each rebased to row 0.
+// GEMMs over their heads, the others by the row walk: each run of consecutive row-walk
+// sequences (contiguous rows) in one call, rebased to its first row, so a decode batch of
+// short sequences is one parallel call as before.
 void ForwardPass::mla_attend(const kernels::KvLayerView& layer, std::span<const kernels::SeqSpan> seqs,
                              const kernels::AttentionParams& attn, const int32_t* positions) {
   const ModelConfig& c = model_.config();
   const int64_t H = c.n_head, r = c.kv_lora_rank, L = c.kv_cache_head_dim();
+  int64_t run = 0, base = 0;  // the pending row-walk run: mla_seq_[0, run), rows from `base`
+  auto flush = [&] {
+    if (run == 0) return;
+    kernels::mla_attention(layer, q_abs_.data() + base * H * L, positions + base, mla_seq_.data(), run, attn, r,
+                           att_latent_.data() + base * H * r, pool_, attention_scratch_, isa_);
+    run = 0;
+  };
   for (size_t i = 0; i < seqs.size(); ++i) {
     const kernels::SeqSpan& s = seqs[i];
-    if (mla_expanded_[i] != 0) continue;
     const bool gemm = attn.window == 0 && mla_prefill_ != MlaPrefill::kRowWalk;
-    if (gemm && s.n_tokens >= kernels::kMlaGemmMinRows) {
-      kernels::mla_attention_gemm(layer, q_abs_.data(), positions, s, attn, r, att_latent_.data(), *mla_gemm_, pool_, isa_);
+    const bool walk = mla_expanded_[i] == 0 && !(gemm && s.n_tokens >= kernels::kMlaGemmMinRows) &&
+                      !(gemm && positions[s.token_begin] + 1 >= kernels::kMlaHeadsMinContext);
+    if (!walk) {
+      flush();
+    } else {
+      if (run == 0) base = s.token_begin;
+      mla_seq_[static_cast<size_t>(run)] = s;
+      mla_seq_[static_cast<size_t>(run++)].token_begin = s.token_begin - base;
       continue;
     }
-    if (gemm && positions[s.token_begin] + 1 >= kernels::kMlaHeadsMinContext) {  // decode over a long context
+    if (mla_expanded_[i] != 0) continue;
+    if (s.n_tokens >= kernels::kMlaGemmMinRows) {
+      kernels::mla_attention_gemm(layer, q_abs_.data(), positions, s, attn, r, att_latent_.data(), *mla_gemm_, pool_, isa_);
+    } else {  // decode over a long context
       kernels::mla_attention_heads_gemm(layer, q_abs_.data(), positions, s, attn, r, att_latent_.data(), *mla_gemm_,
                                         pool_, isa_);
-      continue;
     }
-    mla_seq_[0] = s;
-    mla_seq_[0].token_begin = 0;
-    kernels::mla_attention(layer, q_abs_.data() + s.token_begin * H * L, positions + s.token_begin, mla_seq_.data(), 1,
-                           attn, r, att_latent_.data() + s.token_begin * H * r, pool_, attention_scratch_, isa_);
   }
+  flush();
 }
 
 void ForwardPass::forward_mla(const Batch& batch, std::span<const kernels::KvLayerView> kv_layers, float* logits) {

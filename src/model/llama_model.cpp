@@ -236,7 +236,7 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, int64_t max_
     att_.resize(max_tokens * std::max(c.q_dim(), c.n_head * c.v_head_dim));
     mla_gemm_ = std::make_unique<kernels::MlaGemmScratch>(pool.num_threads(), max_tokens, c.n_head, latent);
     mla_gemm_->reserve_expanded(c.qk_nope_dim + c.qk_rope_dim, c.v_head_dim);
-    mla_seq_.resize(1);
+    mla_seq_.resize(max_tokens);
     mla_expanded_.resize(max_tokens);
     absorbed_rows_.resize(max_tokens);
   }

@@ -183,7 +183,7 @@ class ForwardPass {
   std::vector<float> head_out_;    // [max_tokens, max(r, dv)]
   std::unique_ptr<kernels::MlaGemmScratch> mla_gemm_;   // its tiles and accumulators
   MlaPrefill mla_prefill_ = MlaPrefill::kAuto;
-  std::vector<kernels::SeqSpan> mla_seq_;               // [1] a row-walk sequence, rebased to row 0
+  std::vector<kernels::SeqSpan> mla_seq_;               // [max_tokens] a run of row-walk sequences, rebased
   std::vector<uint8_t> mla_expanded_;                   // [max_tokens] per batch sequence: expanded form
   std::vector<int64_t> absorbed_rows_;                  // [max_tokens] rows of absorbed-form sequences
   // MoE only (empty otherwise); k = n_expert_used. gate_ and up_ are then [max_tokens,
